@@ -1,0 +1,38 @@
+#pragma once
+// Pieces every CLI command shares: model/device/thread options, loading with warnings on stderr,
+// JSON for generation results.
+#include "core/decode/generator.h"
+#include "core/model/transformer.h"
+#include "core/text/tokenizer.h"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+
+namespace kvscope::cli {
+
+struct ModelOptions {
+    std::string model;
+    std::string dtype = "fp32";
+    std::string device = "cpu";
+    int threads = 0;  // 0: all cores
+};
+
+void addModelOptions(CLI::App* cmd, ModelOptions& options);
+void addThreadsOption(CLI::App* cmd, int& threads);
+void applyThreads(int threads);  // libtorch defaults to one intra-op thread here unless told
+Transformer loadModel(const ModelOptions& options);
+
+nlohmann::json stepToJson(const StepRecord& step);
+nlohmann::json generationToJson(const std::vector<int64_t>& promptIds, const GenerationResult& result,
+                                const std::string& text);
+
+// Registration of each command (each lives in its own cmd_*.cpp).
+void addGenerateCommand(CLI::App& app);
+void addTokenizeCommands(CLI::App& app);
+void addMakeTestModelCommand(CLI::App& app);
+void addBenchCommand(CLI::App& app);
+
+}  // namespace kvscope::cli

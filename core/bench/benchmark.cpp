@@ -1,0 +1,108 @@
+#include "core/bench/benchmark.h"
+
+#include "core/decode/generator.h"
+#include "core/model/test_model.h"
+#include "core/model/transformer.h"
+
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+
+namespace kvscope {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double secondsSince(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double weightBytesPerDecodeStep(const Transformer& model) {
+    const Weights& w = model.weights();
+    auto bytes = [](const torch::Tensor& t) { return t.defined() ? static_cast<double>(t.numel() * t.element_size()) : 0.0; };
+    double total = bytes(w.lmHead) + bytes(w.finalNorm);
+    for (const auto& l : w.layers)
+        for (const auto* t : {&l.inputNorm, &l.wq, &l.bq, &l.wk, &l.bk, &l.wv, &l.bv, &l.qNorm, &l.kNorm, &l.wo,
+                              &l.postNorm, &l.wGate, &l.wUp, &l.wDown})
+            total += bytes(*t);
+    return total;
+}
+
+std::string ensureModel(const BenchOptions& o, const std::function<void(const std::string&)>& log) {
+    if (!o.modelDir.empty()) return o.modelDir;
+    const std::string dir = (std::filesystem::path(o.cacheDir) / "bench-qwen2.5-0.5b-shape").string();
+    if (!std::filesystem::exists(std::filesystem::path(dir) / "model.safetensors")) {
+        log("generating a Qwen2.5-0.5B-shaped random model in " + dir + " (once)");
+        TestModelSpec spec = qwen25HalfBillionShape();
+        spec.dtype = torch::kBFloat16;  // half the disk; fp32 runs convert exactly on load
+        writeTestModel(spec, dir);
+    }
+    return dir;
+}
+
+}  // namespace
+
+double measureTriadBandwidth(std::size_t bytesPerArray, int passes) {
+    const int64_t n = static_cast<int64_t>(bytesPerArray / sizeof(float));
+    std::unique_ptr<float[]> a(new float[n]), b(new float[n]), c(new float[n]);
+    at::parallel_for(0, n, 1 << 16, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) a[i] = 0.f, b[i] = 1.f, c[i] = 2.f;
+    });
+    double best = 0;
+    for (int p = 0; p < passes; ++p) {
+        const auto t0 = Clock::now();
+        at::parallel_for(0, n, 1 << 16, [&](int64_t lo, int64_t hi) {
+            float* __restrict pa = a.get();
+            const float* __restrict pb = b.get();
+            const float* __restrict pc = c.get();
+            for (int64_t i = lo; i < hi; ++i) pa[i] = pb[i] + 3.0f * pc[i];
+        });
+        best = std::max(best, 3.0 * static_cast<double>(bytesPerArray) / secondsSince(t0));
+    }
+    volatile float sink = a[n / 2];  // keep the stores observable
+    (void)sink;
+    return best;
+}
+
+BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const std::string&)>& log) {
+    BenchReport report;
+    report.modelDir = ensureModel(o, log);
+    report.threads = at::get_num_threads();
+    log("measuring memory bandwidth (triad)");
+    report.bandwidthBytesPerSecond = measureTriadBandwidth();
+
+    std::vector<int64_t> prompt;
+    for (int64_t i = 0; i < o.promptTokens; ++i) prompt.push_back((i * 7919 + 13) % 5000 + 300);
+    for (auto dtype : o.dtypes) {
+        log("loading the model in " + dtypeName(dtype));
+        Transformer model = Transformer::load(report.modelDir, dtype, o.device);
+        Generator gen(model);
+        BenchRow row;
+        row.dtype = dtypeName(dtype);
+        row.weightBytesPerToken = weightBytesPerDecodeStep(model);
+        row.boundTokensPerSecond = report.bandwidthBytesPerSecond / row.weightBytesPerToken;
+
+        {  // warm-up: first-touch allocation and kernel selection
+            KvCache warm = model.newCache(64);
+            gen.prefill(std::vector<int64_t>(prompt.begin(), prompt.begin() + 16), warm);
+        }
+        log("prefill " + std::to_string(o.promptTokens) + " tokens (" + row.dtype + ")");
+        KvCache cache = model.newCache(o.promptTokens + o.decodeTokens + 1);
+        auto t0 = Clock::now();
+        torch::Tensor logits = gen.prefill(prompt, cache);
+        row.prefillSeconds = secondsSince(t0);
+        row.prefillTokensPerSecond = static_cast<double>(o.promptTokens) / row.prefillSeconds;
+
+        log("decode " + std::to_string(o.decodeTokens) + " tokens (" + row.dtype + ")");
+        int64_t next = chooseToken(logits, {}, 0).id;
+        gen.decodeOne(next, cache);  // one untimed step
+        t0 = Clock::now();
+        for (int64_t i = 0; i < o.decodeTokens; ++i) next = chooseToken(gen.decodeOne(next, cache), {}, 0).id;
+        row.decodeTokensPerSecond = static_cast<double>(o.decodeTokens) / secondsSince(t0);
+        report.rows.push_back(row);
+    }
+    return report;
+}
+
+}  // namespace kvscope

@@ -1,0 +1,91 @@
+#include "core/cache/kv_cache.h"
+
+#include "core/model/config.h"
+#include "core/util/error.h"
+
+#include <algorithm>
+
+namespace kvscope {
+
+KvCache::KvCache(int64_t numLayers, int64_t numKvHeads, int64_t headDim, torch::ScalarType dtype,
+                 torch::Device device, int64_t initialCapacity)
+    : numKvHeads_(numKvHeads), headDim_(headDim), capacity_(std::max<int64_t>(initialCapacity, 1)),
+      dtype_(dtype), device_(device) {
+    auto options = torch::TensorOptions().dtype(dtype).device(device);
+    for (int64_t l = 0; l < numLayers; ++l) {
+        keys_.push_back(torch::zeros({numKvHeads, capacity_, headDim}, options));
+        values_.push_back(torch::zeros({numKvHeads, capacity_, headDim}, options));
+    }
+}
+
+KvCache KvCache::forModel(const ModelConfig& config, torch::ScalarType dtype, torch::Device device,
+                          int64_t initialCapacity) {
+    return KvCache(config.numLayers, config.numKvHeads, config.headDim, dtype, device, initialCapacity);
+}
+
+void KvCache::checkLayer(int64_t layer) const {
+    if (layer < 0 || layer >= numLayers())
+        throw UsageError("KV cache has " + std::to_string(numLayers()) + " layers; layer " +
+                         std::to_string(layer) + " requested");
+}
+
+void KvCache::reserve(int64_t totalLength) {
+    if (totalLength <= capacity_) return;
+    int64_t newCapacity = std::max<int64_t>(capacity_, 256);
+    while (newCapacity < totalLength) newCapacity *= 2;
+    const int64_t valid = length();
+    for (auto* tensors : {&keys_, &values_}) {
+        for (auto& t : *tensors) {
+            torch::Tensor grown = torch::zeros({numKvHeads_, newCapacity, headDim_}, t.options());
+            grown.narrow(1, 0, valid).copy_(t.narrow(1, 0, valid));
+            t = grown;
+        }
+    }
+    capacity_ = newCapacity;
+}
+
+void KvCache::write(int64_t layer, const torch::Tensor& k, const torch::Tensor& v) {
+    checkLayer(layer);
+    const int64_t steps = k.size(1);
+    if (length() + steps > capacity_)
+        throw UsageError("KV cache write past capacity; call reserve() first");
+    keys_[layer].narrow(1, length(), steps).copy_(k);
+    values_[layer].narrow(1, length(), steps).copy_(v);
+}
+
+torch::Tensor KvCache::keys(int64_t layer, int64_t upTo) const {
+    checkLayer(layer);
+    return keys_[layer].narrow(1, 0, upTo);
+}
+
+torch::Tensor KvCache::values(int64_t layer, int64_t upTo) const {
+    checkLayer(layer);
+    return values_[layer].narrow(1, 0, upTo);
+}
+
+void KvCache::commit(const std::vector<int64_t>& newIds) {
+    ids_.insert(ids_.end(), newIds.begin(), newIds.end());
+}
+
+KvCache KvCache::clone() const {
+    KvCache copy(*this);  // shares tensors for now; replace them with deep copies below
+    const int64_t cap = std::max<int64_t>(length(), 1);
+    copy.capacity_ = cap;
+    for (int64_t l = 0; l < numLayers(); ++l) {
+        copy.keys_[l] = torch::zeros({numKvHeads_, cap, headDim_}, keys_[l].options());
+        copy.values_[l] = torch::zeros({numKvHeads_, cap, headDim_}, values_[l].options());
+        copy.keys_[l].narrow(1, 0, length()).copy_(layerKeys(l));
+        copy.values_[l].narrow(1, 0, length()).copy_(layerValues(l));
+    }
+    return copy;
+}
+
+void KvCache::truncate(int64_t newLength) {
+    if (newLength < 0 || newLength > length())
+        throw UsageError("cannot truncate a " + std::to_string(length()) + "-token KV cache to " +
+                         std::to_string(newLength));
+    ids_.resize(static_cast<std::size_t>(newLength));
+    // Stale slots past the new length are never read (attention reads [0, length)).
+}
+
+}  // namespace kvscope

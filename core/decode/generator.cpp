@@ -1,0 +1,79 @@
+#include "core/decode/generator.h"
+
+#include "core/util/error.h"
+
+#include <algorithm>
+
+namespace kvscope {
+
+std::string stopReasonName(StopReason reason) {
+    switch (reason) {
+        case StopReason::Eos: return "eos";
+        case StopReason::StopString: return "stop_string";
+        case StopReason::MaxNewTokens: return "max_new_tokens";
+        case StopReason::Cancelled: return "cancelled";
+    }
+    return "?";
+}
+
+torch::Tensor Generator::prefill(const std::vector<int64_t>& ids, KvCache& cache) const {
+    torch::NoGradGuard noGrad;
+    return model_.forward(ids, cache, Logits::Last).reshape({-1});
+}
+
+torch::Tensor Generator::decodeOne(int64_t id, KvCache& cache) const {
+    torch::NoGradGuard noGrad;
+    return model_.forward({id}, cache, Logits::Last).reshape({-1});
+}
+
+namespace {
+bool hitsStopString(const StopRules& stops, const std::vector<int64_t>& generated) {
+    if (stops.stopStrings.empty()) return false;
+    if (!stops.detokenize) throw UsageError("stop strings need a tokenizer to decode the generated text");
+    const std::string text = stops.detokenize(generated);
+    return std::any_of(stops.stopStrings.begin(), stops.stopStrings.end(),
+                       [&](const std::string& s) { return !s.empty() && text.find(s) != std::string::npos; });
+}
+}  // namespace
+
+GenerationResult Generator::decodeN(KvCache& cache, torch::Tensor logits, const SamplingParams& sampling,
+                                    const StopRules& stops, const TokenCallback& onToken) const {
+    GenerationResult result;
+    while (static_cast<int64_t>(result.ids.size()) < stops.maxNewTokens) {
+        const auto position = static_cast<std::uint64_t>(cache.length());
+        StepRecord step = chooseToken(logits, sampling, position);
+        result.ids.push_back(step.id);
+        result.steps.push_back(step);
+        const int64_t index = static_cast<int64_t>(result.ids.size()) - 1;
+        if (onToken && !onToken(step, index)) {
+            result.stopReason = StopReason::Cancelled;
+            return result;
+        }
+        if (std::find(stops.eosIds.begin(), stops.eosIds.end(), step.id) != stops.eosIds.end()) {
+            result.stopReason = StopReason::Eos;
+            return result;
+        }
+        if (hitsStopString(stops, result.ids)) {
+            result.stopReason = StopReason::StopString;
+            return result;
+        }
+        if (static_cast<int64_t>(result.ids.size()) == stops.maxNewTokens) break;
+        logits = decodeOne(step.id, cache);
+    }
+    result.stopReason = StopReason::MaxNewTokens;
+    return result;
+}
+
+GenerationResult Generator::generate(const std::vector<int64_t>& prompt, const SamplingParams& sampling,
+                                     const StopRules& stops, const TokenCallback& onToken,
+                                     KvCache* cacheOut) const {
+    if (prompt.empty()) throw UsageError("the prompt has no tokens");
+    KvCache cache = model_.newCache(static_cast<int64_t>(prompt.size()) + stops.maxNewTokens);
+    cache.setPromptLength(static_cast<int64_t>(prompt.size()));
+    torch::Tensor logits = prefill(prompt, cache);
+    GenerationResult result = decodeN(cache, logits, sampling, stops, onToken);
+    if (cacheOut) *cacheOut = std::move(cache);
+    return result;
+}
+
+}  // namespace kvscope

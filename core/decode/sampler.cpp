@@ -1,0 +1,102 @@
+#include "core/decode/sampler.h"
+
+#include "core/util/error.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace kvscope {
+namespace {
+
+std::uint64_t splitmix64(std::uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+// Higher logit first; equal logits: lower id first.
+bool ranksBefore(const std::vector<float>& logits, int64_t a, int64_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+}
+
+int64_t sampleIndex(const std::vector<float>& logits, const SamplingParams& p, std::uint64_t step) {
+    const int64_t V = static_cast<int64_t>(logits.size());
+    std::vector<int64_t> order(V);
+    std::iota(order.begin(), order.end(), 0);
+    const int64_t keep = (p.topK > 0 && p.topK < V) ? p.topK : V;
+    auto cmp = [&](int64_t a, int64_t b) { return ranksBefore(logits, a, b); };
+    std::partial_sort(order.begin(), order.begin() + keep, order.end(), cmp);
+    order.resize(keep);
+
+    // Probabilities at temperature T over the kept candidates (already in descending order).
+    std::vector<double> probs(order.size());
+    const double maxScaled = logits[order[0]] / p.temperature;
+    double total = 0.0;
+    for (std::size_t i = 0; i < order.size(); ++i) total += probs[i] = std::exp(logits[order[i]] / p.temperature - maxScaled);
+    for (auto& x : probs) x /= total;
+
+    // Nucleus: the smallest prefix whose mass reaches top_p (always at least one token).
+    std::size_t cut = probs.size();
+    if (p.topP < 1.0) {
+        double mass = 0.0;
+        for (std::size_t i = 0; i < probs.size(); ++i) {
+            mass += probs[i];
+            if (mass >= p.topP) {
+                cut = i + 1;
+                break;
+            }
+        }
+    }
+    const double kept = std::accumulate(probs.begin(), probs.begin() + cut, 0.0);
+    const double target = uniformDraw(p.seed, step) * kept;
+    double running = 0.0;
+    for (std::size_t i = 0; i < cut; ++i) {
+        running += probs[i];
+        if (target < running) return order[i];
+    }
+    return order[cut - 1];
+}
+
+}  // namespace
+
+double uniformDraw(std::uint64_t seed, std::uint64_t step) {
+    std::uint64_t bits = splitmix64(splitmix64(seed) ^ (step * 0xD1B54A32D192ED03ull));
+    return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
+
+StepRecord chooseToken(const torch::Tensor& logitsIn, const SamplingParams& params, std::uint64_t step,
+                       int topToRecord) {
+    torch::Tensor flat = logitsIn.detach().reshape({-1}).to(torch::kCPU, torch::kFloat32).contiguous();
+    const int64_t V = flat.numel();
+    if (V < 2) throw UsageError("need at least two logits to choose a token");
+    std::vector<float> logits(flat.data_ptr<float>(), flat.data_ptr<float>() + V);
+
+    // Log-sum-exp in double for logprob and entropy of the model's own distribution.
+    const float maxLogit = *std::max_element(logits.begin(), logits.end());
+    double sumExp = 0.0, sumExpLogit = 0.0;
+    for (float l : logits) {
+        const double e = std::exp(static_cast<double>(l) - maxLogit);
+        sumExp += e;
+        sumExpLogit += e * (static_cast<double>(l) - maxLogit);
+    }
+    const double logZ = std::log(sumExp);
+
+    const int recordCount = std::max(2, std::min<int>(topToRecord, static_cast<int>(V)));
+    std::vector<int64_t> order(V);
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + recordCount, order.end(),
+                      [&](int64_t a, int64_t b) { return ranksBefore(logits, a, b); });
+
+    StepRecord r;
+    r.id = params.greedy() ? order[0] : sampleIndex(logits, params, step);
+    r.logprob = static_cast<double>(logits[r.id]) - maxLogit - logZ;
+    r.margin = static_cast<double>(logits[order[0]]) - logits[order[1]];
+    r.entropy = logZ - sumExpLogit / sumExp;
+    for (int i = 0; i < std::min<int>(topToRecord, static_cast<int>(V)); ++i)
+        r.top.push_back({order[i], logits[order[i]]});
+    return r;
+}
+
+}  // namespace kvscope

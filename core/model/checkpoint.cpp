@@ -1,0 +1,162 @@
+#include "core/model/checkpoint.h"
+
+#include "core/util/error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace kvscope {
+namespace fs = std::filesystem;
+
+std::vector<ExpectedTensor> expectedTensors(const ModelConfig& c) {
+    const int64_t H = c.hiddenSize, D = c.headDim, I = c.intermediateSize;
+    const int64_t qDim = c.numHeads * D, kvDim = c.numKvHeads * D;
+    std::vector<ExpectedTensor> out = {{"model.embed_tokens.weight", {c.vocabSize, H}}};
+    for (int64_t l = 0; l < c.numLayers; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        out.push_back({p + "input_layernorm.weight", {H}});
+        out.push_back({p + "self_attn.q_proj.weight", {qDim, H}});
+        out.push_back({p + "self_attn.k_proj.weight", {kvDim, H}});
+        out.push_back({p + "self_attn.v_proj.weight", {kvDim, H}});
+        if (c.attentionBias) {
+            out.push_back({p + "self_attn.q_proj.bias", {qDim}});
+            out.push_back({p + "self_attn.k_proj.bias", {kvDim}});
+            out.push_back({p + "self_attn.v_proj.bias", {kvDim}});
+        }
+        if (c.qkNorm) {
+            out.push_back({p + "self_attn.q_norm.weight", {D}});
+            out.push_back({p + "self_attn.k_norm.weight", {D}});
+        }
+        out.push_back({p + "self_attn.o_proj.weight", {H, qDim}});
+        out.push_back({p + "post_attention_layernorm.weight", {H}});
+        out.push_back({p + "mlp.gate_proj.weight", {I, H}});
+        out.push_back({p + "mlp.up_proj.weight", {I, H}});
+        out.push_back({p + "mlp.down_proj.weight", {H, I}});
+    }
+    out.push_back({"model.norm.weight", {H}});
+    if (!c.tieWordEmbeddings) out.push_back({"lm_head.weight", {c.vocabSize, H}});
+    return out;
+}
+
+namespace {
+
+nlohmann::json readIndex(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw FormatError(path + ": cannot open");
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+        throw FormatError(path + ": not valid JSON (" + e.what() + ")");
+    }
+    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+        throw FormatError(path + ": expected an object with a 'weight_map' object");
+    return j;
+}
+
+std::string shapeText(const std::vector<int64_t>& shape) {
+    std::ostringstream s;
+    s << '[';
+    for (std::size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+    s << ']';
+    return s.str();
+}
+
+}  // namespace
+
+Checkpoint Checkpoint::open(const std::string& dir) {
+    Checkpoint ck;
+    ck.dir_ = dir;
+    ck.config_ = ModelConfig::load(dir);
+
+    const fs::path single = fs::path(dir) / "model.safetensors";
+    const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+    std::vector<std::string> shardNames;
+    std::map<std::string, std::string> weightMap;  // tensor -> shard file name
+    if (fs::exists(index)) {
+        auto j = readIndex(index.string());
+        std::set<std::string> seen;
+        for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+            if (!it.value().is_string())
+                throw FormatError(index.string() + ": weight_map['" + it.key() + "'] is not a file name");
+            const auto shard = it.value().get<std::string>();
+            if (shard.find('/') != std::string::npos || shard.find("..") != std::string::npos)
+                throw FormatError(index.string() + ": shard name '" + shard + "' must be a plain file name");
+            weightMap[it.key()] = shard;
+            if (seen.insert(shard).second) shardNames.push_back(shard);
+        }
+    } else if (fs::exists(single)) {
+        shardNames.push_back("model.safetensors");
+    } else {
+        throw FormatError(dir + ": no model.safetensors or model.safetensors.index.json found");
+    }
+
+    std::map<std::string, const SafetensorsFile*> byShard;
+    for (const auto& shard : shardNames) {
+        ck.files_.push_back(std::make_unique<SafetensorsFile>((fs::path(dir) / shard).string()));
+        byShard[shard] = ck.files_.back().get();
+        for (const auto& e : ck.files_.back()->entries()) {
+            if (ck.where_.count(e.name))
+                throw FormatError(ck.files_.back()->path() + ": tensor '" + e.name +
+                                  "' also appears in " + ck.where_[e.name]->path());
+            ck.where_[e.name] = ck.files_.back().get();
+        }
+    }
+    for (const auto& [name, shard] : weightMap) {
+        auto it = ck.where_.find(name);
+        if (it == ck.where_.end() || it->second != byShard[shard])
+            throw FormatError(index.string() + ": weight_map says '" + name + "' is in " + shard +
+                              ", but that shard does not contain it");
+    }
+    return ck;
+}
+
+std::vector<std::string> Checkpoint::weightFiles() const {
+    std::vector<std::string> out;
+    for (const auto& f : files_) out.push_back(f->path());
+    return out;
+}
+
+const SafetensorsEntry& Checkpoint::entry(const std::string& name) const {
+    auto it = where_.find(name);
+    if (it == where_.end()) throw TensorError(dir_ + ": checkpoint has no tensor '" + name + "'");
+    return *it->second->find(name);
+}
+
+torch::Tensor Checkpoint::read(const std::string& name, torch::ScalarType dtype) const {
+    auto it = where_.find(name);
+    if (it == where_.end()) throw TensorError(dir_ + ": checkpoint has no tensor '" + name + "'");
+    return it->second->read(name, dtype);
+}
+
+std::vector<std::string> Checkpoint::validate() const {
+    std::vector<std::string> problems;
+    std::set<std::string> used;
+    for (const auto& want : expectedTensors(config_)) {
+        used.insert(want.name);
+        auto it = where_.find(want.name);
+        if (it == where_.end()) {
+            problems.push_back("missing tensor '" + want.name + "' (expected shape " + shapeText(want.shape) + ")");
+            continue;
+        }
+        const auto& have = it->second->find(want.name)->shape;
+        if (have != want.shape)
+            problems.push_back(it->second->path() + ": tensor '" + want.name + "' has shape " + shapeText(have) +
+                               ", expected " + shapeText(want.shape) + " from config.json");
+    }
+    if (!problems.empty()) {
+        std::string msg = dir_ + ": checkpoint does not match config.json: " + problems.front();
+        if (problems.size() > 1) msg += " (and " + std::to_string(problems.size() - 1) + " more problems)";
+        throw TensorError(msg);
+    }
+    std::vector<std::string> unused;
+    for (const auto& [name, file] : where_)
+        if (!used.count(name)) unused.push_back(name);
+    return unused;
+}
+
+}  // namespace kvscope

@@ -1,0 +1,40 @@
+#pragma once
+// Deterministic random checkpoints in real Hugging Face format (config.json, model.safetensors or
+// shards + index, tokenizer.json, generation_config.json), read back by the ordinary loader. Tests,
+// benchmarks and demos use them because no weights can be downloaded.
+#include "core/model/config.h"
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+
+namespace kvscope {
+
+struct TestModelSpec {
+    Architecture architecture = Architecture::Qwen2;
+    int64_t hiddenSize = 64;
+    int64_t numLayers = 2;
+    int64_t numHeads = 4;
+    int64_t numKvHeads = 2;
+    int64_t headDim = 0;              // 0: hidden / heads
+    int64_t intermediateSize = 128;
+    int64_t vocabSize = 0;            // 0: exactly the tokenizer's size; larger pads like Qwen does
+    int64_t maxPositionEmbeddings = 4096;
+    double ropeTheta = 10000.0;
+    bool llama3RopeScaling = false;
+    bool tieWordEmbeddings = false;
+    std::uint64_t seed = 0;
+    torch::ScalarType dtype = torch::kFloat32;  // storage dtype of the weights
+    int shards = 1;                   // >1 writes model-0000i-of-0000N.safetensors + index
+    int bpeMerges = 300;              // size of the trained tokenizer beyond the 256 byte tokens
+};
+
+// The exact shape of Qwen2.5-0.5B (hidden 896, 24 layers, 14 heads, 2 KV heads, intermediate 4864,
+// vocab 151936, tied embeddings, q/k/v bias), used by `kvscope bench`.
+TestModelSpec qwen25HalfBillionShape();
+
+// Writes the checkpoint into `dir` (created if needed) and returns its config.
+ModelConfig writeTestModel(const TestModelSpec& spec, const std::string& dir);
+
+}  // namespace kvscope

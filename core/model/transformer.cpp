@@ -1,0 +1,259 @@
+// The forward pass, top to bottom. Shapes use S = new tokens in this call, T = cache length after
+// it, H = hidden size, Q = query heads, KV = key/value heads, G = Q/KV (group size), D = head dim,
+// I = intermediate size, V = vocabulary. Numerics follow Hugging Face's eager implementation, since
+// kvscope's question is about *their* bits: norms in fp32 then cast back, softmax in fp32, matmuls in
+// the compute dtype.
+#include "core/model/transformer.h"
+
+#include "core/model/checkpoint.h"
+#include "core/util/error.h"
+
+#include <cmath>
+
+namespace kvscope {
+
+namespace {
+void observe(ForwardObserver* o, int64_t layer, const char* op, const torch::Tensor& t) {
+    if (o) o->onOp(layer, op, t);
+}
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {}) {
+    return b.defined() ? torch::linear(x, w, b) : torch::linear(x, w);
+}
+}  // namespace
+
+// ---- small pieces ------------------------------------------------------------------------------
+
+torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+    // x: [..., n]  weight: [n]
+    torch::Tensor xf = x.to(torch::kFloat32);
+    torch::Tensor variance = xf.pow(2).mean(-1, /*keepdim=*/true);
+    xf = xf * torch::rsqrt(variance + eps);
+    return weight * xf.to(x.scalar_type());
+}
+
+torch::Tensor ropeInverseFrequencies(const ModelConfig& c) {
+    // inv_freq[i] = 1 / theta^(2i/D), computed in fp32 as HF does.
+    auto exponents = torch::arange(0, c.headDim, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(c.headDim);
+    torch::Tensor invFreq = 1.0 / torch::pow(c.ropeTheta, exponents);
+    if (c.ropeScaling.type != "llama3") return invFreq;
+
+    // Llama 3.1 frequency-dependent scaling: long wavelengths slowed by `factor`, short ones kept,
+    // a smooth blend in between.
+    const auto& s = c.ropeScaling;
+    const double oldContext = static_cast<double>(s.originalMaxPositionEmbeddings);
+    const double lowFreqWavelen = oldContext / s.lowFreqFactor;
+    const double highFreqWavelen = oldContext / s.highFreqFactor;
+    torch::Tensor wavelen = 2.0 * M_PI / invFreq;
+    torch::Tensor scaled = torch::where(wavelen > lowFreqWavelen, invFreq / s.factor, invFreq);
+    torch::Tensor smooth = (oldContext / wavelen - s.lowFreqFactor) / (s.highFreqFactor - s.lowFreqFactor);
+    torch::Tensor smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled;
+    torch::Tensor isMedium = (wavelen >= highFreqWavelen).logical_and(wavelen <= lowFreqWavelen);
+    return torch::where(isMedium, smoothed, scaled);
+}
+
+torch::Tensor applyRope(const torch::Tensor& x, const torch::Tensor& invFreq, int64_t start) {
+    // x: [heads, S, D]   invFreq: [D/2] fp32
+    const int64_t S = x.size(1);
+    torch::Tensor positions = torch::arange(start, start + S, invFreq.options());        // [S]
+    torch::Tensor freqs = torch::outer(positions, invFreq);                              // [S, D/2]
+    torch::Tensor angles = torch::cat({freqs, freqs}, -1);                               // [S, D]
+    torch::Tensor cos = angles.cos().to(x.scalar_type());                                // [S, D]
+    torch::Tensor sin = angles.sin().to(x.scalar_type());
+    // rotate_half(x) = cat(-x2, x1) where x1, x2 are the two halves of the last dim
+    const int64_t half = x.size(-1) / 2;
+    torch::Tensor rotated = torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+    return x * cos + rotated * sin;                                                      // [heads, S, D]
+}
+
+torch::Tensor Transformer::rmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const {
+    return kvscope::rmsNorm(x, weight, config_.rmsNormEps);
+}
+
+// ---- construction -------------------------------------------------------------------------------
+
+Transformer::Transformer(ModelConfig config, Weights weights, torch::ScalarType dtype, torch::Device device)
+    : config_(std::move(config)), weights_(std::move(weights)), dtype_(dtype), device_(device) {
+    invFreq_ = ropeInverseFrequencies(config_).to(device_);
+}
+
+KvCache Transformer::newCache(int64_t capacity) const {
+    return KvCache::forModel(config_, dtype_, device_, capacity);
+}
+
+Transformer Transformer::load(const std::string& dir, torch::ScalarType dtype, torch::Device device,
+                              LoadReport* report) {
+    if (dtype == torch::kFloat16 && device.is_cpu())
+        throw UsageError("--dtype fp16 needs --device cuda: libtorch has no fp16 matrix multiply on CPU "
+                         "(use bf16 or fp32 on CPU)");
+    if (device.is_cuda() && !torch::cuda::is_available())
+        throw UsageError("--device cuda requested, but this libtorch build sees no CUDA device");
+    Checkpoint ck = Checkpoint::open(dir);
+    auto unused = ck.validate();
+    if (report) report->unusedTensors = unused;
+
+    const ModelConfig& c = ck.config();
+    auto get = [&](const std::string& name) { return ck.read(name, dtype).to(device); };
+    Weights w;
+    w.embed = get("model.embed_tokens.weight");
+    for (int64_t l = 0; l < c.numLayers; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        LayerWeights lw;
+        lw.inputNorm = get(p + "input_layernorm.weight");
+        lw.wq = get(p + "self_attn.q_proj.weight");
+        lw.wk = get(p + "self_attn.k_proj.weight");
+        lw.wv = get(p + "self_attn.v_proj.weight");
+        if (c.attentionBias) {
+            lw.bq = get(p + "self_attn.q_proj.bias");
+            lw.bk = get(p + "self_attn.k_proj.bias");
+            lw.bv = get(p + "self_attn.v_proj.bias");
+        }
+        if (c.qkNorm) {
+            lw.qNorm = get(p + "self_attn.q_norm.weight");
+            lw.kNorm = get(p + "self_attn.k_norm.weight");
+        }
+        lw.wo = get(p + "self_attn.o_proj.weight");
+        lw.postNorm = get(p + "post_attention_layernorm.weight");
+        lw.wGate = get(p + "mlp.gate_proj.weight");
+        lw.wUp = get(p + "mlp.up_proj.weight");
+        lw.wDown = get(p + "mlp.down_proj.weight");
+        w.layers.push_back(std::move(lw));
+    }
+    w.finalNorm = get("model.norm.weight");
+    w.lmHead = c.tieWordEmbeddings ? w.embed : get("lm_head.weight");
+    return Transformer(c, std::move(w), dtype, device);
+}
+
+// ---- the forward pass ---------------------------------------------------------------------------
+
+torch::Tensor Transformer::forward(const std::vector<int64_t>& ids, KvCache& cache, Logits which,
+                                   ForwardObserver* observer) const {
+    if (ids.empty()) throw UsageError("forward() needs at least one token id");
+    if (cache.numLayers() != config_.numLayers || cache.dtype() != dtype_ || cache.numKvHeads() != config_.numKvHeads)
+        throw UsageError("KV cache does not belong to this model (layers, KV heads or dtype differ)");
+    for (int64_t id : ids)
+        if (id < 0 || id >= config_.vocabSize)
+            throw UsageError("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                             std::to_string(config_.vocabSize) + ")");
+    const int64_t start = cache.length();
+    const int64_t S = static_cast<int64_t>(ids.size());
+    cache.reserve(start + S);
+
+    torch::Tensor tokens = torch::tensor(ids, torch::TensorOptions().dtype(torch::kInt64)).to(device_);  // [S]
+    torch::Tensor x = torch::embedding(weights_.embed, tokens);                           // [S, H]
+    observe(observer, -1, "embedding", x);
+
+    for (int64_t l = 0; l < config_.numLayers; ++l) {
+        const LayerWeights& lw = weights_.layers[l];
+        // Pre-norm attention block with residual.
+        torch::Tensor h = rmsNorm(x, lw.inputNorm);                                       // [S, H]
+        observe(observer, l, "input_norm", h);
+        x = x + attention(l, h, cache, start, observer);                                  // [S, H]
+        observe(observer, l, "attn_residual", x);
+        // Pre-norm MLP block with residual.
+        h = rmsNorm(x, lw.postNorm);                                                      // [S, H]
+        observe(observer, l, "post_norm", h);
+        x = x + mlp(l, h, observer);                                                      // [S, H]
+        observe(observer, l, "mlp_residual", x);
+    }
+    cache.commit(ids);
+
+    if (which == Logits::Last) x = x.narrow(0, S - 1, 1);                                 // [1, H]
+    x = rmsNorm(x, weights_.finalNorm);
+    observe(observer, -1, "final_norm", x);
+    torch::Tensor logits = torch::linear(x, weights_.lmHead).to(torch::kFloat32);          // [S or 1, V]
+    observe(observer, -1, "logits", logits);
+    return logits;
+}
+
+torch::Tensor Transformer::attention(int64_t l, const torch::Tensor& x, KvCache& cache, int64_t start,
+                                     ForwardObserver* observer) const {
+    const LayerWeights& lw = weights_.layers[l];
+    const int64_t S = x.size(0), Q = config_.numHeads, KV = config_.numKvHeads, D = config_.headDim;
+    const int64_t G = Q / KV, T = start + S;
+
+    // Projections: [S, H] -> [S, heads, D]
+    torch::Tensor q = linear(x, lw.wq, lw.bq).view({S, Q, D});
+    torch::Tensor k = linear(x, lw.wk, lw.bk).view({S, KV, D});
+    torch::Tensor v = linear(x, lw.wv, lw.bv).view({S, KV, D});
+    observe(observer, l, "q_proj", q);
+    observe(observer, l, "k_proj", k);
+    observe(observer, l, "v_proj", v);
+    if (config_.qkNorm) {  // Qwen3: RMSNorm over each head's D features, before RoPE
+        q = rmsNorm(q, lw.qNorm);
+        k = rmsNorm(k, lw.kNorm);
+        observe(observer, l, "q_norm", q);
+        observe(observer, l, "k_norm", k);
+    }
+    // Heads first, then rotary position embedding at absolute positions [start, T).
+    q = applyRope(q.transpose(0, 1), invFreq_, start);                                    // [Q, S, D]
+    k = applyRope(k.transpose(0, 1), invFreq_, start);                                    // [KV, S, D]
+    v = v.transpose(0, 1);                                                                // [KV, S, D]
+    observe(observer, l, "rope_q", q);
+    observe(observer, l, "rope_k", k);
+
+    // Append to the cache and read the whole history back (views, no copy).
+    cache.write(l, k, v);
+    torch::Tensor keys = cache.keys(l, T);                                                // [KV, T, D]
+    torch::Tensor values = cache.values(l, T);                                            // [KV, T, D]
+
+    // Grouped-query attention without repeating K/V: query head h uses KV head h / G, so the G query
+    // heads of one group are stacked along the row axis and share one matmul with their KV head.
+    torch::Tensor qg = q.reshape({KV, G * S, D});                                         // [KV, G*S, D]
+    torch::Tensor scores = torch::matmul(qg, keys.transpose(1, 2)) * (1.0 / std::sqrt(static_cast<double>(D)));
+    scores = scores.view({KV, G, S, T});                                                  // [KV, G, S, T]
+    if (S > 1) {  // causal mask: query at position start+i sees keys [0, start+i]
+        torch::Tensor mask = torch::ones({S, T}, torch::TensorOptions().dtype(torch::kBool).device(device_))
+                                 .triu(start + 1);                                        // [S, T] true = hidden
+        scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+    }
+    observe(observer, l, "scores", scores);
+    torch::Tensor probs = torch::softmax(scores, -1, torch::kFloat32).to(x.scalar_type()); // [KV, G, S, T]
+    observe(observer, l, "softmax", probs);
+    torch::Tensor out = torch::matmul(probs.view({KV, G * S, T}), values);                // [KV, G*S, D]
+    out = out.view({Q, S, D}).transpose(0, 1).reshape({S, Q * D});                        // [S, Q*D]
+    observe(observer, l, "attn_output", out);
+    torch::Tensor projected = torch::linear(out, lw.wo);                                  // [S, H]
+    observe(observer, l, "o_proj", projected);
+    return projected;
+}
+
+torch::Tensor Transformer::mlp(int64_t l, const torch::Tensor& x, ForwardObserver* observer) const {
+    const LayerWeights& lw = weights_.layers[l];
+    // SwiGLU: down(silu(gate(x)) * up(x))
+    torch::Tensor gate = torch::silu(torch::linear(x, lw.wGate));                         // [S, I]
+    torch::Tensor up = torch::linear(x, lw.wUp);                                          // [S, I]
+    torch::Tensor down = torch::linear(gate * up, lw.wDown);                              // [S, H]
+    observe(observer, l, "mlp", down);
+    return down;
+}
+
+// ---- names ------------------------------------------------------------------------------------
+
+torch::ScalarType parseDtype(const std::string& name) {
+    if (name == "fp32" || name == "float32") return torch::kFloat32;
+    if (name == "bf16" || name == "bfloat16") return torch::kBFloat16;
+    if (name == "fp16" || name == "float16") return torch::kFloat16;
+    throw UsageError("unknown dtype '" + name + "' (expected fp32, bf16 or fp16)");
+}
+
+std::string dtypeName(torch::ScalarType dtype) {
+    switch (dtype) {
+        case torch::kFloat32: return "fp32";
+        case torch::kBFloat16: return "bf16";
+        case torch::kFloat16: return "fp16";
+        default: return c10::toString(dtype);
+    }
+}
+
+torch::Device parseDevice(const std::string& name) {
+    if (name == "cpu") return torch::kCPU;
+    if (name.rfind("cuda", 0) == 0) {
+        try {
+            return torch::Device(name);
+        } catch (const c10::Error&) {
+        }
+    }
+    throw UsageError("unknown device '" + name + "' (expected cpu, cuda or cuda:N)");
+}
+
+}  // namespace kvscope

@@ -1,0 +1,92 @@
+#pragma once
+// The decoder-only transformer shared by Qwen2 / Qwen2.5, Llama 2/3 and Qwen3, with Hugging Face
+// semantics (see transformer.cpp, which reads top to bottom). Batch size is always 1: a sequence is
+// a list of integer token ids and activations are [seq, hidden].
+#include "core/cache/kv_cache.h"
+#include "core/model/config.h"
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+namespace kvscope {
+
+struct LayerWeights {
+    torch::Tensor inputNorm;       // [hidden]
+    torch::Tensor wq, bq;          // [heads*head_dim, hidden], [heads*head_dim] (bq undefined without bias)
+    torch::Tensor wk, bk;          // [kv_heads*head_dim, hidden], [kv_heads*head_dim]
+    torch::Tensor wv, bv;          // [kv_heads*head_dim, hidden], [kv_heads*head_dim]
+    torch::Tensor qNorm, kNorm;    // [head_dim] (Qwen3 only)
+    torch::Tensor wo;              // [hidden, heads*head_dim]
+    torch::Tensor postNorm;        // [hidden]
+    torch::Tensor wGate, wUp;      // [intermediate, hidden]
+    torch::Tensor wDown;           // [hidden, intermediate]
+};
+
+struct Weights {
+    torch::Tensor embed;              // [vocab, hidden]
+    std::vector<LayerWeights> layers;
+    torch::Tensor finalNorm;          // [hidden]
+    torch::Tensor lmHead;             // [vocab, hidden]; the same tensor as `embed` when tied
+};
+
+// Receives intermediate values of a forward pass (for the op-level divergence locator). Each call
+// gets the op name ("q_proj", "rope_q", "scores", ...) and its output; layer is -1 outside blocks.
+class ForwardObserver {
+public:
+    virtual ~ForwardObserver() = default;
+    virtual void onOp(int64_t layer, const char* op, const torch::Tensor& value) = 0;
+};
+
+enum class Logits { Last, All };
+
+struct LoadReport {
+    std::vector<std::string> unusedTensors;  // present in the checkpoint, not used by the model
+};
+
+class Transformer {
+public:
+    Transformer(ModelConfig config, Weights weights, torch::ScalarType dtype, torch::Device device);
+
+    // Reads and validates DIR (config.json, safetensors) and converts weights to `dtype` on `device`.
+    // fp16 on CPU is refused: libtorch has no fp16 matmul there.
+    static Transformer load(const std::string& dir, torch::ScalarType dtype, torch::Device device,
+                            LoadReport* report = nullptr);
+
+    const ModelConfig& config() const { return config_; }
+    torch::ScalarType dtype() const { return dtype_; }
+    torch::Device device() const { return device_; }
+    const Weights& weights() const { return weights_; }
+    KvCache newCache(int64_t capacity = 256) const;
+
+    // Runs `ids` at positions [cache.length(), cache.length()+S) and appends their K/V to `cache`.
+    // Returns fp32 logits: [1, vocab] for the last position, or [S, vocab] for all of them.
+    torch::Tensor forward(const std::vector<int64_t>& ids, KvCache& cache, Logits which = Logits::Last,
+                          ForwardObserver* observer = nullptr) const;
+
+private:
+    torch::Tensor attention(int64_t layer, const torch::Tensor& x, KvCache& cache, int64_t start,
+                            ForwardObserver* observer) const;
+    torch::Tensor mlp(int64_t layer, const torch::Tensor& x, ForwardObserver* observer) const;
+    torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const;
+
+    ModelConfig config_;
+    Weights weights_;
+    torch::ScalarType dtype_;
+    torch::Device device_;
+    torch::Tensor invFreq_;  // [head_dim/2] fp32 rotary inverse frequencies (llama3-scaled if asked)
+};
+
+// Rotary embedding pieces, exposed for tests.
+torch::Tensor ropeInverseFrequencies(const ModelConfig& config);                 // [head_dim/2] fp32
+// x: [heads, S, head_dim]; rotates with positions [start, start+S) (rotate-half convention).
+torch::Tensor applyRope(const torch::Tensor& x, const torch::Tensor& invFreq, int64_t start);
+// HF RMSNorm: normalise in fp32, cast back, then scale by weight.
+torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+
+torch::ScalarType parseDtype(const std::string& name);   // "fp32" | "bf16" | "fp16"
+std::string dtypeName(torch::ScalarType dtype);          // inverse of parseDtype
+torch::Device parseDevice(const std::string& name);      // "cpu" | "cuda" | "cuda:N"
+
+}  // namespace kvscope

@@ -1,0 +1,39 @@
+#pragma once
+// Typed errors. Every failure a user can cause (a bad file, a bad flag, a mismatched cache) is one of
+// these, and its message names the file, field or tensor and what was expected, so the CLI can print
+// it on one line and the GUI can show it in a dialog.
+#include <stdexcept>
+#include <string>
+
+namespace kvscope {
+
+class Error : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// A file on disk is malformed: safetensors header, offsets, JSON, tokenizer.json, ...
+class FormatError : public Error {
+public:
+    using Error::Error;
+};
+
+// config.json / generation_config.json describes something kvscope does not (or cannot) run.
+class ConfigError : public Error {
+public:
+    using Error::Error;
+};
+
+// A tensor is missing, unexpected, or has the wrong shape or dtype.
+class TensorError : public Error {
+public:
+    using Error::Error;
+};
+
+// The caller asked for something impossible: fp16 on CPU, an unknown chat template, bad ids, ...
+class UsageError : public Error {
+public:
+    using Error::Error;
+};
+
+}  // namespace kvscope

@@ -1,0 +1,124 @@
+// End to end through the real `kvscope` executable.
+#include "support/test_support.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace kvscope {
+namespace {
+
+using test::runCli;
+using test::shellQuote;
+
+std::string model(const std::string& variant = "qwen2") { return shellQuote(test::tinyModel(variant)); }
+
+void expectOneLineError(const test::CommandResult& r, const std::string& fragment) {
+    EXPECT_NE(r.exitCode, 0);
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(fragment), std::string::npos) << r.err;
+}
+
+TEST(Cli, VersionNamesKvscopeLibtorchAndDevice) {
+    auto r = runCli("--version");
+    EXPECT_EQ(r.exitCode, 0);
+    EXPECT_NE(r.out.find("kvscope 0."), std::string::npos);
+    EXPECT_NE(r.out.find("libtorch 1."), std::string::npos) << r.out;  // or 2.x where built so
+    EXPECT_NE(r.out.find("cpu"), std::string::npos);
+}
+
+TEST(Cli, HelpExistsForEveryCommand) {
+    for (const char* cmd : {"generate", "tokenize", "detokenize", "make-test-model", "bench"}) {
+        auto r = runCli(std::string(cmd) + " --help");
+        EXPECT_EQ(r.exitCode, 0) << cmd;
+        EXPECT_NE(r.out.find("--"), std::string::npos) << cmd;
+    }
+}
+
+TEST(Cli, GenerateJsonHasTheDocumentedKeys) {
+    auto r = runCli("generate --model " + model() + " --prompt 'The model thinks' --max-new-tokens 6 --json");
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    auto j = nlohmann::json::parse(r.out);
+    for (const char* key : {"prompt_ids", "generated_ids", "text", "steps"}) EXPECT_TRUE(j.contains(key)) << key;
+    ASSERT_EQ(j["generated_ids"].size(), 6u);
+    ASSERT_EQ(j["steps"].size(), 6u);
+    const auto& step = j["steps"][0];
+    for (const char* key : {"id", "logprob", "margin", "entropy", "top"}) EXPECT_TRUE(step.contains(key)) << key;
+    EXPECT_EQ(step["id"], j["generated_ids"][0]);
+    EXPECT_EQ(step["top"][0][0], step["id"]);  // greedy picks the top logit
+    EXPECT_GE(step["margin"].get<double>(), 0.0);
+}
+
+TEST(Cli, PromptTextAndPromptIdsAreTheSameRun) {
+    auto tok = runCli("tokenize --model " + model() + " --text 'Step 1: add the tens.' --json");
+    ASSERT_EQ(tok.exitCode, 0) << tok.err;
+    auto ids = nlohmann::json::parse(tok.out)["ids"].get<std::vector<int64_t>>();
+    std::string csv;
+    for (auto id : ids) csv += (csv.empty() ? "" : ",") + std::to_string(id);
+    auto a = runCli("generate --model " + model() + " --prompt 'Step 1: add the tens.' --max-new-tokens 5 --json");
+    auto b = runCli("generate --model " + model() + " --prompt-ids " + csv + " --max-new-tokens 5 --json");
+    ASSERT_EQ(a.exitCode, 0) << a.err;
+    ASSERT_EQ(b.exitCode, 0) << b.err;
+    EXPECT_EQ(nlohmann::json::parse(a.out)["generated_ids"], nlohmann::json::parse(b.out)["generated_ids"]);
+    EXPECT_EQ(nlohmann::json::parse(a.out)["prompt_ids"], nlohmann::json(ids));
+
+    auto detok = runCli("detokenize --model " + model() + " --ids " + csv);
+    EXPECT_EQ(detok.out, "Step 1: add the tens.\n");
+}
+
+TEST(Cli, SeededSamplingIsReproducibleAcrossProcesses) {
+    const std::string args = "generate --model " + model("llama") +
+                             " --prompt-ids 1,2,3 --temperature 1.3 --top-p 0.95 --seed 11 --max-new-tokens 10 --json";
+    auto a = runCli(args), b = runCli(args);
+    ASSERT_EQ(a.exitCode, 0) << a.err;
+    EXPECT_EQ(nlohmann::json::parse(a.out)["generated_ids"], nlohmann::json::parse(b.out)["generated_ids"]);
+    auto c = runCli("generate --model " + model("llama") +
+                    " --prompt-ids 1,2,3 --temperature 1.3 --top-p 0.95 --seed 12 --max-new-tokens 10 --json");
+    EXPECT_NE(nlohmann::json::parse(a.out)["generated_ids"], nlohmann::json::parse(c.out)["generated_ids"]);
+}
+
+TEST(Cli, Bf16AndQwen3Run) {
+    auto r = runCli("generate --model " + model("qwen3") + " --prompt-ids 4,5,6 --dtype bf16 --max-new-tokens 3 --json");
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["generated_ids"].size(), 3u);
+}
+
+TEST(Cli, BadInputGivesOneLineErrors) {
+    expectOneLineError(runCli("generate --model " + model() + " --prompt-ids 1,2 --dtype fp16"), "fp16");
+    expectOneLineError(runCli("generate --model " + model() + " --prompt-ids 1,x"), "'x'");
+    expectOneLineError(runCli("generate --model " + model() + " --prompt-ids 999999"), "outside the vocabulary");
+    expectOneLineError(runCli("generate --model " + model() + " --prompt hi --chat-template vicuna"), "vicuna");
+    expectOneLineError(runCli("generate --model /nonexistent --prompt hi"), "/nonexistent");
+    expectOneLineError(runCli("generate --model " + model()), "--prompt");
+    expectOneLineError(runCli("frobnicate"), "frobnicate");
+    expectOneLineError(runCli("detokenize --model " + model() + " --ids 1,2,99999"), "99999");
+}
+
+TEST(Cli, CorruptWeightsAreAReadableError) {
+    test::TempDir dir;
+    std::filesystem::copy(test::tinyModel("qwen2"), dir.file("m"), std::filesystem::copy_options::recursive);
+    std::filesystem::resize_file(dir.file("m/model.safetensors"), 1000);
+    auto r = runCli("generate --model " + shellQuote(dir.file("m")) + " --prompt-ids 1,2");
+    expectOneLineError(r, "model.safetensors");
+    EXPECT_EQ(r.exitCode, 1);
+}
+
+TEST(Cli, MakeTestModelWritesALoadableShardedCheckpoint) {
+    test::TempDir dir;
+    auto r = runCli("make-test-model --arch llama --layers 1 --hidden-size 32 --heads 2 --kv-heads 1 "
+                    "--intermediate-size 48 --shards 2 --seed 3 --out " + shellQuote(dir.file("m")));
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    EXPECT_TRUE(std::filesystem::exists(dir.file("m/model.safetensors.index.json")));
+    EXPECT_TRUE(std::filesystem::exists(dir.file("m/tokenizer.json")));
+    auto g = runCli("generate --model " + shellQuote(dir.file("m")) + " --prompt hello --max-new-tokens 2");
+    EXPECT_EQ(g.exitCode, 0) << g.err;
+    // Same seed, same bytes.
+    auto again = runCli("make-test-model --arch llama --layers 1 --hidden-size 32 --heads 2 --kv-heads 1 "
+                        "--intermediate-size 48 --shards 2 --seed 3 --out " + shellQuote(dir.file("m2")));
+    ASSERT_EQ(again.exitCode, 0);
+    EXPECT_EQ(test::readTextFile(dir.file("m/model-00001-of-00002.safetensors")),
+              test::readTextFile(dir.file("m2/model-00001-of-00002.safetensors")));
+}
+
+}  // namespace
+}  // namespace kvscope

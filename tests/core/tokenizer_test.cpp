@@ -1,0 +1,171 @@
+// The byte-level BPE tokenizer: the real Qwen3 tokenizer.json against reference ids, and every
+// declared component either honoured or refused.
+#include "core/text/chat_template.h"
+#include "core/text/tokenizer.h"
+#include "core/util/error.h"
+#include "support/test_support.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+namespace kvscope {
+namespace {
+
+const std::string kQwenTokenizer = test::testDataDir() + "/qwen3-tokenizer/tokenizer.json";
+
+nlohmann::json referenceCorpus() {
+    return nlohmann::json::parse(test::readTextFile(test::testDataDir() + "/tokenizer/reference_ids.json"));
+}
+
+class QwenTokenizer : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        ASSERT_TRUE(std::filesystem::exists(kQwenTokenizer))
+            << kQwenTokenizer << " is missing: run scripts/fetch-test-data.sh (the README's test command does)";
+        tokenizer = new Tokenizer(Tokenizer::fromFile(kQwenTokenizer));
+    }
+    static void TearDownTestSuite() {
+        delete tokenizer;
+        tokenizer = nullptr;
+    }
+    void SetUp() override { ASSERT_NE(tokenizer, nullptr); }
+    static Tokenizer* tokenizer;
+};
+Tokenizer* QwenTokenizer::tokenizer = nullptr;
+
+TEST_F(QwenTokenizer, EveryCorpusEntryGivesTheReferenceIds) {
+    const auto corpus = referenceCorpus();
+    ASSERT_GE(corpus.size(), 40u);
+    int checked = 0;
+    for (const auto& entry : corpus) {
+        const std::string text = entry["text"];
+        const auto expected = entry["ids"].get<std::vector<int64_t>>();
+        EXPECT_EQ(tokenizer->encode(text), expected) << "text: " << text;
+        ++checked;
+    }
+    EXPECT_EQ(checked, static_cast<int>(corpus.size()));
+}
+
+TEST_F(QwenTokenizer, DecodeInvertsEncodeUpToNfc) {
+    for (const auto& entry : referenceCorpus()) {
+        const std::string text = entry["text"];
+        const auto ids = entry["ids"].get<std::vector<int64_t>>();
+        const std::string decoded = tokenizer->decode(ids);
+        if (text.find("\u0301") != std::string::npos) continue;  // NFD input comes back composed
+        EXPECT_EQ(decoded, text);
+    }
+    EXPECT_EQ(tokenizer->decode(tokenizer->encode("Cafe\u0301")), "Caf\u00e9");
+}
+
+TEST_F(QwenTokenizer, SpecialTokensAndVocabulary) {
+    EXPECT_EQ(tokenizer->tokenToId("<|im_end|>"), 151645);
+    EXPECT_EQ(tokenizer->encode("<|im_start|>"), std::vector<int64_t>{151644});
+    EXPECT_GE(tokenizer->vocabSize(), 151665);
+    EXPECT_EQ(tokenizer->decode({151644, 872}, /*skipSpecialTokens=*/true), tokenizer->decode({872}));
+    // A ChatML prompt tokenizes with the special tokens as single ids.
+    const auto ids = tokenizer->encode(applyChatTemplate(ChatTemplate::ChatML, {{"user", "Hi"}}), false);
+    EXPECT_EQ(ids.front(), 151644);
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), 151645), 1);
+}
+
+// ---- the generated test tokenizer, and what it takes to refuse a component ----
+
+nlohmann::json testTokenizerJson() {
+    return nlohmann::json::parse(test::readTextFile(test::tinyModel("qwen2") + "/tokenizer.json"));
+}
+
+void expectRefused(nlohmann::json j, const std::string& fragment) {
+    try {
+        Tokenizer::fromJson(j.dump(), "tok.json");
+        FAIL() << "expected the tokenizer to be refused for " << fragment;
+    } catch (const FormatError& e) {
+        EXPECT_NE(std::string(e.what()).find("tok.json"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+}
+
+TEST(Tokenizer, GeneratedTokenizerRoundTripsArbitraryText) {
+    Tokenizer tok = Tokenizer::fromModelDir(test::tinyModel("qwen2"));
+    for (const std::string text : {"The model thinks, then it answers.", "Zürich 東京 🙂 \t\n x", "12 + 35 = 47"}) {
+        const auto ids = tok.encode(text);
+        EXPECT_EQ(tok.decode(ids), text);
+    }
+    EXPECT_LT(tok.encode("the answers").size(), std::string("the answers").size());  // merges applied
+    const auto eot = tok.tokenToId("<|endoftext|>");
+    ASSERT_TRUE(eot.has_value());
+    EXPECT_EQ(tok.encode("a<|endoftext|>b"), (std::vector<int64_t>{tok.encode("a")[0], *eot, tok.encode("b")[0]}));
+}
+
+TEST(Tokenizer, UnsupportedComponentsAreRefusedByName) {
+    auto j = testTokenizerJson();
+    j["normalizer"] = {{"type", "Lowercase"}};
+    expectRefused(j, "Lowercase");
+    j = testTokenizerJson();
+    j["pre_tokenizer"] = {{"type", "Whitespace"}};
+    expectRefused(j, "Whitespace");
+    j = testTokenizerJson();
+    j["decoder"] = {{"type", "WordPiece"}};
+    expectRefused(j, "WordPiece");
+    j = testTokenizerJson();
+    j["model"]["type"] = "Unigram";
+    expectRefused(j, "Unigram");
+    j = testTokenizerJson();
+    j["model"]["byte_fallback"] = true;
+    expectRefused(j, "byte_fallback");
+    j = testTokenizerJson();
+    j["added_tokens"][0]["single_word"] = true;
+    expectRefused(j, "single_word");
+    j = testTokenizerJson();
+    j["post_processor"] = {{"type", "BertProcessing"}};
+    expectRefused(j, "BertProcessing");
+    j = testTokenizerJson();
+    j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "([unclosed";
+    expectRefused(j, "does not compile");
+    expectRefused(nlohmann::json::array(), "expected an object");
+    EXPECT_THROW(Tokenizer::fromJson("{not json", "tok.json"), FormatError);
+}
+
+TEST(Tokenizer, TemplatePostProcessorAndIgnoreMergesAsInLlama3) {
+    auto j = testTokenizerJson();
+    const int64_t bos = j["added_tokens"][1]["id"];  // reuse <|im_start|> as a BOS for the test
+    j["post_processor"] = {{"type", "TemplateProcessing"},
+                           {"single", {{{"SpecialToken", {{"id", "<|im_start|>"}, {"type_id", 0}}}},
+                                       {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+                           {"pair", nlohmann::json::array()},
+                           {"special_tokens", {{"<|im_start|>", {{"id", "<|im_start|>"}, {"ids", {bos}}, {"tokens", {"<|im_start|>"}}}}}}};
+    Tokenizer tok = Tokenizer::fromJson(j.dump(), "llama-like");
+    const auto ids = tok.encode("hello");
+    EXPECT_EQ(ids.front(), bos);
+    EXPECT_EQ(std::vector<int64_t>(ids.begin() + 1, ids.end()), tok.encode("hello", false));
+
+    // ignore_merges: a piece that is itself a vocabulary entry is emitted whole, even when the
+    // merge path would split it differently. Add "xyz" to the vocab without merges that make it.
+    auto k = testTokenizerJson();
+    const int64_t newId = k["added_tokens"][2]["id"].get<int64_t>() + 1;
+    k["model"]["vocab"]["xyz"] = newId;
+    Tokenizer without = Tokenizer::fromJson(k.dump(), "no-ignore");
+    k["model"]["ignore_merges"] = true;
+    Tokenizer with = Tokenizer::fromJson(k.dump(), "ignore");
+    EXPECT_EQ(with.encode("xyz"), std::vector<int64_t>{newId});
+    EXPECT_GT(without.encode("xyz").size(), 1u);
+}
+
+TEST(Tokenizer, ParseIdList) {
+    EXPECT_EQ(parseIdList("1,2, 3"), (std::vector<int64_t>{1, 2, 3}));
+    EXPECT_THROW(parseIdList("1,,2"), UsageError);
+    EXPECT_THROW(parseIdList("1,x"), UsageError);
+    EXPECT_THROW(parseIdList("-1"), UsageError);
+    EXPECT_THROW(parseIdList(""), UsageError);
+}
+
+TEST(ChatTemplates, BuiltInsAndUnknownNames) {
+    EXPECT_EQ(applyChatTemplate(ChatTemplate::ChatML, {{"user", "Hi"}}),
+              "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    EXPECT_EQ(applyChatTemplate(ChatTemplate::Plain, {{"user", "Hi"}}), "Hi");
+    EXPECT_THROW(parseChatTemplate("vicuna"), UsageError);
+    EXPECT_EQ(parseChatTemplate("llama3"), ChatTemplate::Llama3);
+}
+
+}  // namespace
+}  // namespace kvscope

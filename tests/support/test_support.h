@@ -1,0 +1,43 @@
+#pragma once
+// Shared helpers for kvscope's tests: temporary folders, generated models (made once per process
+// and reused), test data paths, and running the real CLI.
+#include "core/model/test_model.h"
+
+#include <string>
+
+namespace kvscope::test {
+
+// A fresh folder under the system temp dir, removed on destruction.
+class TempDir {
+public:
+    TempDir();
+    ~TempDir();
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+    const std::string& path() const { return path_; }
+    std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+private:
+    std::string path_;
+};
+
+std::string testDataDir();  // tests/data in the source tree
+
+// A tiny generated model of the given architecture, written once per test process.
+// Variants: "qwen2", "llama", "qwen3", "llama3-scaled", "qwen2-tied", "qwen2-sharded".
+const std::string& tinyModel(const std::string& variant);
+TestModelSpec tinySpec(const std::string& variant);
+
+struct CommandResult {
+    int exitCode = -1;
+    std::string out;  // stdout
+    std::string err;  // stderr
+};
+// Runs the kvscope executable with `args` (already shell-quoted where needed).
+CommandResult runCli(const std::string& args);
+std::string shellQuote(const std::string& s);
+
+void writeTextFile(const std::string& path, const std::string& text);
+std::string readTextFile(const std::string& path);
+
+}  // namespace kvscope::test
