@@ -1,6 +1,6 @@
 #include "cli_common.h"
 
-#include <ATen/Parallel.h>
+#include "core/util/threads.h"
 
 #include <iostream>
 #include <thread>
@@ -21,10 +21,7 @@ void addModelOptions(CLI::App* cmd, ModelOptions& o) {
     addThreadsOption(cmd, o.threads);
 }
 
-void applyThreads(int threads) {
-    const int n = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    at::set_num_threads(n);
-}
+void applyThreads(int threads) { configureThreads(threads); }
 
 Transformer loadModel(const ModelOptions& o) {
     applyThreads(o.threads);
