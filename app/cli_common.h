@@ -34,5 +34,6 @@ void addGenerateCommand(CLI::App& app);
 void addTokenizeCommands(CLI::App& app);
 void addMakeTestModelCommand(CLI::App& app);
 void addBenchCommand(CLI::App& app);
+void addCacheCommands(CLI::App& app);  // cache build/info/diff/transplant/locate, continue
 
 }  // namespace kvscope::cli

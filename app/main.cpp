@@ -22,10 +22,11 @@ int main(int argc, char** argv) {
     cli::addTokenizeCommands(app);
     cli::addMakeTestModelCommand(app);
     cli::addBenchCommand(app);
+    cli::addCacheCommands(app);
 
     if (argc > 1 && argv[1][0] != '-' && app.get_subcommands([&](CLI::App* c) { return c->get_name() == argv[1]; }).empty()) {
         std::cerr << "kvscope: error: unknown command '" << argv[1]
-                  << "' (commands: generate, tokenize, detokenize, make-test-model, bench; see --help)\n";
+                  << "' (commands: generate, tokenize, detokenize, make-test-model, bench, cache, continue; see --help)\n";
         return 2;
     }
     try {

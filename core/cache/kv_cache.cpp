@@ -77,6 +77,7 @@ KvCache KvCache::clone() const {
         copy.keys_[l].narrow(1, 0, length()).copy_(layerKeys(l));
         copy.values_[l].narrow(1, 0, length()).copy_(layerValues(l));
     }
+    if (nextLogits_.defined()) copy.nextLogits_ = nextLogits_.clone();
     return copy;
 }
 
@@ -84,7 +85,10 @@ void KvCache::truncate(int64_t newLength) {
     if (newLength < 0 || newLength > length())
         throw UsageError("cannot truncate a " + std::to_string(length()) + "-token KV cache to " +
                          std::to_string(newLength));
+    if (newLength == length()) return;
     ids_.resize(static_cast<std::size_t>(newLength));
+    nextLogits_ = torch::Tensor();  // they belonged to the removed last position
+    promptLength_ = std::min(promptLength_, newLength);
     // Stale slots past the new length are never read (attention reads [0, length)).
 }
 

@@ -10,8 +10,8 @@
 // is amortised O(1) and never copies the whole cache per step. `reserve(n)` avoids regrowth entirely.
 //
 // Besides the tensors the cache records what it is: the integer token ids it was built from, how it
-// was built (live / prefill / incremental / ...), where the prompt ended, and the fingerprint of the
-// model that built it. Widgets never see this class; they get value snapshots from core.
+// was built (live / prefill / incremental / ...), where the prompt ended, the fingerprint of the
+// model that built it, and the next-token logits its last forward produced. Widgets never see this class; they get value snapshots from core.
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -45,6 +45,11 @@ public:
     void setPromptLength(int64_t n) { promptLength_ = n; }
     const std::string& modelFingerprint() const { return modelFingerprint_; }
     void setModelFingerprint(std::string fp) { modelFingerprint_ = std::move(fp); }
+    // fp32 [vocab] logits that the forward which wrote the last position produced, i.e. the
+    // distribution of the next token. Undefined when the cache was spliced or truncated: a
+    // continuation then re-feeds the last token (see constructions.h).
+    const torch::Tensor& nextLogits() const { return nextLogits_; }
+    void setNextLogits(torch::Tensor logits) { nextLogits_ = std::move(logits); }
 
     // --- used by the forward pass, in this order for a step of `ids.size()` new tokens ---
     void reserve(int64_t totalLength);  // grow (amortised doubling) so `totalLength` positions fit
@@ -77,6 +82,7 @@ private:
     std::string construction_ = "live";
     int64_t promptLength_ = 0;
     std::string modelFingerprint_;
+    torch::Tensor nextLogits_;           // [vocab] fp32, or undefined
 };
 
 }  // namespace kvscope

@@ -5,16 +5,20 @@
 // the compute dtype.
 #include "core/model/transformer.h"
 
+#include "core/cache/fingerprint.h"
 #include "core/model/checkpoint.h"
 #include "core/util/error.h"
 
 #include <cmath>
+#include <mutex>
 
 namespace kvscope {
 
 namespace {
-void observe(ForwardObserver* o, int64_t layer, const char* op, const torch::Tensor& t) {
-    if (o) o->onOp(layer, op, t);
+// Sequence axis of each op's output as written below: 0 for [S, ...], 1 for [heads, S, D], 2 for
+// [KV, G, S, T].
+void observe(ForwardObserver* o, int64_t layer, const char* op, const torch::Tensor& t, int64_t seqAxis = 0) {
+    if (o) o->onOp(layer, op, t, seqAxis);
 }
 // x: [S, in]  w: [out, in]  b: [out] or undefined  ->  [S, out]
 // A single row (a decode step) is a matrix-vector product, as in every inference engine: it runs at
@@ -81,9 +85,34 @@ torch::Tensor Transformer::rmsNorm(const torch::Tensor& x, const torch::Tensor& 
 
 // ---- construction -------------------------------------------------------------------------------
 
+struct Transformer::FingerprintMemo {
+    std::once_flag once;
+    std::string value;
+};
+
 Transformer::Transformer(ModelConfig config, Weights weights, torch::ScalarType dtype, torch::Device device)
-    : config_(std::move(config)), weights_(std::move(weights)), dtype_(dtype), device_(device) {
+    : config_(std::move(config)), weights_(std::move(weights)), dtype_(dtype), device_(device),
+      fingerprint_(std::make_shared<FingerprintMemo>()) {
     invFreq_ = ropeInverseFrequencies(config_).to(device_);
+}
+
+const std::string& Transformer::fingerprint() const {
+    std::call_once(fingerprint_->once, [this] {
+        std::vector<std::pair<std::string, torch::Tensor>> named = {{"embed", weights_.embed}};
+        for (std::size_t l = 0; l < weights_.layers.size(); ++l) {
+            const LayerWeights& w = weights_.layers[l];
+            const std::string p = std::to_string(l) + ".";
+            for (const auto& [name, t] : {std::pair{"in_norm", w.inputNorm}, {"wq", w.wq}, {"bq", w.bq}, {"wk", w.wk},
+                                          {"bk", w.bk}, {"wv", w.wv}, {"bv", w.bv}, {"q_norm", w.qNorm},
+                                          {"k_norm", w.kNorm}, {"wo", w.wo}, {"post_norm", w.postNorm},
+                                          {"gate", w.wGate}, {"up", w.wUp}, {"down", w.wDown}})
+                if (t.defined()) named.emplace_back(p + name, t);
+        }
+        named.emplace_back("final_norm", weights_.finalNorm);
+        named.emplace_back(config_.tieWordEmbeddings ? "lm_head=embed" : "lm_head", weights_.lmHead);
+        fingerprint_->value = fingerprintNamedTensors(named);
+    });
+    return fingerprint_->value;
 }
 
 KvCache Transformer::newCache(int64_t capacity) const {
@@ -198,8 +227,8 @@ torch::Tensor Transformer::attention(int64_t l, const torch::Tensor& x, KvCache&
     q = applyRope(q.transpose(0, 1), invFreq_, start);                                    // [Q, S, D]
     k = applyRope(k.transpose(0, 1), invFreq_, start);                                    // [KV, S, D]
     v = v.transpose(0, 1);                                                                // [KV, S, D]
-    observe(observer, l, "rope_q", q);
-    observe(observer, l, "rope_k", k);
+    observe(observer, l, "rope_q", q, 1);
+    observe(observer, l, "rope_k", k, 1);
 
     // Append to the cache and read the whole history back (views, no copy).
     cache.write(l, k, v);
@@ -216,9 +245,9 @@ torch::Tensor Transformer::attention(int64_t l, const torch::Tensor& x, KvCache&
                                  .triu(start + 1);                                        // [S, T] true = hidden
         scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
     }
-    observe(observer, l, "scores", scores);
+    observe(observer, l, "scores", scores, 2);
     torch::Tensor probs = torch::softmax(scores, -1, torch::kFloat32).to(x.scalar_type()); // [KV, G, S, T]
-    observe(observer, l, "softmax", probs);
+    observe(observer, l, "softmax", probs, 2);
     torch::Tensor out = torch::matmul(probs.view({KV, G * S, T}), values);                // [KV, G*S, D]
     out = out.view({Q, S, D}).transpose(0, 1).reshape({S, Q * D});                        // [S, Q*D]
     observe(observer, l, "attn_output", out);
@@ -232,6 +261,8 @@ torch::Tensor Transformer::mlp(int64_t l, const torch::Tensor& x, ForwardObserve
     // SwiGLU: down(silu(gate(x)) * up(x))
     torch::Tensor gate = torch::silu(project(x, lw.wGate));                         // [S, I]
     torch::Tensor up = project(x, lw.wUp);                                                // [S, I]
+    observe(observer, l, "mlp_gate", gate);
+    observe(observer, l, "mlp_up", up);
     torch::Tensor down = project(gate * up, lw.wDown);                              // [S, H]
     observe(observer, l, "mlp", down);
     return down;

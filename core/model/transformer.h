@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,11 +33,12 @@ struct Weights {
 };
 
 // Receives intermediate values of a forward pass (for the op-level divergence locator). Each call
-// gets the op name ("q_proj", "rope_q", "scores", ...) and its output; layer is -1 outside blocks.
+// gets the op name ("q_proj", "rope_q", "scores", ...), its output, and which axis of that output
+// is the sequence (new-token) axis; layer is -1 outside blocks.
 class ForwardObserver {
 public:
     virtual ~ForwardObserver() = default;
-    virtual void onOp(int64_t layer, const char* op, const torch::Tensor& value) = 0;
+    virtual void onOp(int64_t layer, const char* op, const torch::Tensor& value, int64_t seqAxis) = 0;
 };
 
 enum class Logits { Last, All };
@@ -58,6 +60,9 @@ public:
     torch::ScalarType dtype() const { return dtype_; }
     torch::Device device() const { return device_; }
     const Weights& weights() const { return weights_; }
+    // SHA-256 over every weight tensor as loaded (names, dtype, shape, bytes): identifies the model
+    // *and* the compute dtype. Computed once, on first use.
+    const std::string& fingerprint() const;
     KvCache newCache(int64_t capacity = 256) const;
 
     // Runs `ids` at positions [cache.length(), cache.length()+S) and appends their K/V to `cache`.
@@ -76,6 +81,8 @@ private:
     torch::ScalarType dtype_;
     torch::Device device_;
     torch::Tensor invFreq_;  // [head_dim/2] fp32 rotary inverse frequencies (llama3-scaled if asked)
+    struct FingerprintMemo;
+    std::shared_ptr<FingerprintMemo> fingerprint_;
 };
 
 // Rotary embedding pieces, exposed for tests.

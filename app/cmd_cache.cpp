@@ -1,0 +1,262 @@
+// kvscope cache build|info|diff|transplant|locate, and kvscope continue. The command-line forms are
+// contracts users' scripts rely on; keep them.
+#include "cli_common.h"
+
+#include "core/cache/cache_diff.h"
+#include "core/cache/cache_io.h"
+#include "core/cache/constructions.h"
+#include "core/cache/fingerprint.h"
+#include "core/cache/locator.h"
+#include "core/cache/transplant.h"
+#include "core/util/error.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+namespace kvscope::cli {
+namespace {
+
+nlohmann::json metricsJson(const KvMetrics& m) {
+    return {{"max_abs", m.maxAbs}, {"mean_abs", m.meanAbs}, {"rel_l2", m.relL2}, {"differing", m.differing}};
+}
+
+nlohmann::json diffJson(const CacheDiff& d, bool full) {
+    nlohmann::json layers = nlohmann::json::array(), positions = nlohmann::json::array();
+    for (const auto& l : d.perLayer)
+        layers.push_back({{"layer", l.layer}, {"bit_exact", l.bitExact}, {"k", metricsJson(l.keys)}, {"v", metricsJson(l.values)}});
+    for (const auto& p : d.perPosition)
+        positions.push_back({{"position", p.position}, {"max_abs", p.maxAbs}, {"differing", p.differing},
+                             {"layers_differing", p.layersDiffering}});
+    nlohmann::json j = {{"bit_exact", d.bitExact},
+                        {"first_difference", d.firstDifference ? nlohmann::json{{"layer", d.firstDifference->first},
+                                                                                {"position", d.firstDifference->second}}
+                                                               : nlohmann::json(nullptr)},
+                        {"shape", {{"layers", d.layers}, {"kv_heads", d.heads}, {"positions", d.positions}, {"head_dim", d.headDim}}},
+                        {"layers", layers},
+                        {"positions", positions},
+                        {"seconds", d.seconds}};
+    if (full)  // [layer][head][position] grids
+        j["grids"] = {{"k", {{"max_abs", d.keys.maxAbs}, {"mean_abs", d.keys.meanAbs}, {"rel_l2", d.keys.relL2}, {"differing", d.keys.differing}}},
+                      {"v", {{"max_abs", d.values.maxAbs}, {"mean_abs", d.values.meanAbs}, {"rel_l2", d.values.relL2}, {"differing", d.values.differing}}}};
+    return j;
+}
+
+void printDiffText(const CacheDiff& d) {
+    std::printf("bit-exact: %s\n", d.bitExact ? "yes" : "no");
+    if (d.firstDifference)
+        std::printf("first difference: layer %lld, position %lld\n", static_cast<long long>(d.firstDifference->first),
+                    static_cast<long long>(d.firstDifference->second));
+    std::printf("%5s %12s %12s %12s %12s %10s %10s\n", "layer", "K max|d|", "V max|d|", "K rel L2", "V rel L2", "K diff", "V diff");
+    for (const auto& l : d.perLayer)
+        std::printf("%5lld %12.4g %12.4g %12.4g %12.4g %10lld %10lld\n", static_cast<long long>(l.layer), l.keys.maxAbs,
+                    l.values.maxAbs, l.keys.relL2, l.values.relL2, static_cast<long long>(l.keys.differing),
+                    static_cast<long long>(l.values.differing));
+    std::printf("diff computed in %.3f s\n", d.seconds);
+}
+
+void addBuild(CLI::App* cache) {
+    struct Options {
+        ModelOptions model;
+        std::string promptIds, idsFrom, construction, out;
+        int64_t generate = 0;
+    };
+    auto o = std::make_shared<Options>();
+    CLI::App* cmd = cache->add_subcommand("build", "Build a KV cache by a named construction and save it");
+    addModelOptions(cmd, o->model);
+    cmd->add_option("--prompt-ids", o->promptIds, "With --construction live: the prompt ids");
+    cmd->add_option("--generate", o->generate, "With live: greedy tokens decoded and fed back")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--ids-from", o->idsFrom, "Use the token ids (and prompt length) of this cache file")->check(CLI::ExistingFile);
+    cmd->add_option("--construction", o->construction, "live | prefill | incremental[:K] | chunked:N")->required();
+    cmd->add_option("--out", o->out, "Output .safetensors file")->required();
+    cmd->callback([o] {
+        const Construction c = Construction::parse(o->construction);
+        if ((c.kind == Construction::Kind::Live) != !o->promptIds.empty() || (!o->promptIds.empty() && !o->idsFrom.empty()))
+            throw UsageError("use --prompt-ids (with --generate) for live, and --ids-from for the other constructions");
+        if (c.kind != Construction::Kind::Live && o->idsFrom.empty()) throw UsageError("--construction " + o->construction + " needs --ids-from");
+        Transformer model = loadModel(o->model);
+        KvCache built;
+        if (c.kind == Construction::Kind::Live) {
+            built = buildLiveCache(model, parseIdList(o->promptIds), o->generate);
+        } else {
+            const KvCache source = loadCache(o->idsFrom);
+            built = buildCache(model, source.ids(), c, source.promptLength());
+        }
+        saveCache(built, o->out);
+        std::cout << "wrote " << built.construction() << " cache of " << built.length() << " tokens to " << o->out
+                  << " (fingerprint " << fingerprintCache(built).overall << ")\n";
+    });
+}
+
+void addInfo(CLI::App* cache) {
+    struct Options {
+        std::string file;
+        bool json = false;
+    };
+    auto o = std::make_shared<Options>();
+    CLI::App* cmd = cache->add_subcommand("info", "Describe a saved KV cache");
+    cmd->add_option("file", o->file, "Cache .safetensors file")->required()->check(CLI::ExistingFile);
+    cmd->add_flag("--json", o->json, "Print JSON");
+    cmd->callback([o] {
+        const KvCache c = loadCache(o->file);
+        const CacheFingerprint fp = fingerprintCache(c);
+        nlohmann::json j = {{"fingerprint", fp.overall}, {"layers", c.numLayers()}, {"tokens", c.length()},
+                            {"dtype", dtypeName(c.dtype())}, {"construction", c.construction()},
+                            {"prompt_length", c.promptLength()}, {"kv_heads", c.numKvHeads()}, {"head_dim", c.headDim()},
+                            {"ids_fingerprint", fp.ids}, {"model_fingerprint", c.modelFingerprint()},
+                            {"has_next_logits", c.nextLogits().defined()},
+                            {"layer_fingerprints", {{"k", fp.keys}, {"v", fp.values}}}};
+        if (o->json) {
+            std::cout << j.dump() << "\n";
+            return;
+        }
+        for (const char* key : {"construction", "tokens", "prompt_length", "layers", "kv_heads", "head_dim", "dtype", "fingerprint", "model_fingerprint"})
+            std::cout << key << ": " << (j[key].is_string() ? j[key].get<std::string>() : j[key].dump()) << "\n";
+    });
+}
+
+void addDiff(CLI::App* cache) {
+    struct Options {
+        std::string a, b;
+        bool json = false, full = false;
+    };
+    auto o = std::make_shared<Options>();
+    CLI::App* cmd = cache->add_subcommand("diff", "Compare two caches layer by layer, head by head, position by position");
+    cmd->add_option("a", o->a, "First cache")->required()->check(CLI::ExistingFile);
+    cmd->add_option("b", o->b, "Second cache")->required()->check(CLI::ExistingFile);
+    cmd->add_flag("--json", o->json, "Print JSON");
+    cmd->add_flag("--full", o->full, "With --json: include the [layer][head][position] grids");
+    cmd->callback([o] {
+        const KvCache a = loadCache(o->a), b = loadCache(o->b);
+        if (a.modelFingerprint() != b.modelFingerprint()) throw UsageError("the two caches come from different models");
+        const CacheDiff d = diffCaches(a, b);
+        if (o->json) std::cout << diffJson(d, o->full).dump() << "\n";
+        else printDiffText(d);
+    });
+}
+
+void addTransplant(CLI::App* cache) {
+    struct Options {
+        std::string recipient, donor, layers, kv = "kv", positions, out;
+    };
+    auto o = std::make_shared<Options>();
+    CLI::App* cmd = cache->add_subcommand("transplant", "Splice chosen layers of a donor cache into a recipient");
+    cmd->add_option("--recipient", o->recipient, "Cache that keeps every other layer")->required()->check(CLI::ExistingFile);
+    cmd->add_option("--donor", o->donor, "Cache the chosen layers come from")->required()->check(CLI::ExistingFile);
+    cmd->add_option("--layers", o->layers, "all, or a list like 0-11,20")->required();
+    cmd->add_option("--kv", o->kv, "k, v or kv (default)");
+    cmd->add_option("--positions", o->positions, "Only positions a:b (half-open; either side may be empty)");
+    cmd->add_option("--out", o->out, "Output cache file")->required();
+    cmd->callback([o] {
+        const KvCache recipient = loadCache(o->recipient), donor = loadCache(o->donor);
+        TransplantSpec spec;
+        spec.layers = TransplantSpec::parseLayers(o->layers, recipient.numLayers());
+        spec.parseKv(o->kv);
+        if (!o->positions.empty()) spec.parsePositions(o->positions);
+        const KvCache spliced = transplant(recipient, donor, spec);
+        saveCache(spliced, o->out);
+        std::cout << "wrote " << spliced.construction() << " to " << o->out << "\n";
+    });
+}
+
+void addLocate(CLI::App* cache) {
+    struct Options {
+        ModelOptions model;
+        std::string a, b;
+        bool json = false;
+    };
+    auto o = std::make_shared<Options>();
+    CLI::App* cmd = cache->add_subcommand("locate", "Find the first op whose output differs between two constructions");
+    addModelOptions(cmd, o->model);
+    cmd->add_option("a", o->a, "First cache")->required()->check(CLI::ExistingFile);
+    cmd->add_option("b", o->b, "Second cache")->required()->check(CLI::ExistingFile);
+    cmd->add_flag("--json", o->json, "Print JSON");
+    cmd->callback([o] {
+        Transformer model = loadModel(o->model);
+        const KvCache a = loadCacheFor(o->a, model), b = loadCacheFor(o->b, model);
+        if (a.ids() != b.ids()) throw UsageError("the two caches were built from different token ids");
+        auto rebuildable = [](const KvCache& c) {
+            if (c.construction().rfind("transplant", 0) == 0)
+                throw UsageError("a spliced cache (" + c.construction() + ") cannot be rebuilt; locate compares caches built by a construction");
+            Construction k = Construction::parse(c.construction());
+            if (k.kind == Construction::Kind::Live) k = Construction::parse("incremental:" + std::to_string(c.promptLength()));
+            return k;
+        };
+        const LocatorReport r = locateDivergence(model, a.ids(), a.promptLength(), rebuildable(a), rebuildable(b));
+        const bool reproducedA = r.cacheFingerprintA == fingerprintCache(a).overall;
+        const bool reproducedB = r.cacheFingerprintB == fingerprintCache(b).overall;
+        nlohmann::json ops = nlohmann::json::array();
+        for (const auto& op : r.ops)
+            ops.push_back({{"layer", op.layer}, {"op", op.op}, {"bit_exact", op.bitExact}, {"max_abs", op.maxAbs},
+                           {"differing", op.differing}, {"elements", op.elements}});
+        nlohmann::json first = nullptr;
+        if (r.firstDifference) first = ops[*r.firstDifference];
+        if (o->json) {
+            std::cout << nlohmann::json{{"a", r.constructionA}, {"b", r.constructionB}, {"position", r.position},
+                                        {"first_difference", first}, {"ops", ops},
+                                        {"rebuilt_matches_file", {{"a", reproducedA}, {"b", reproducedB}}}}
+                             .dump()
+                      << "\n";
+            return;
+        }
+        std::cout << "comparing " << r.constructionA << " vs " << r.constructionB << " at position " << r.position << "\n";
+        if (first.is_null()) std::cout << "every op is bit-identical\n";
+        else
+            std::cout << "first differing op: layer " << first["layer"] << " " << first["op"].get<std::string>() << " (max |diff| "
+                      << first["max_abs"] << ", " << first["differing"] << " of " << first["elements"] << " elements)\n";
+        if (!reproducedA || !reproducedB) std::cout << "warning: a rebuilt cache does not match its file\n";
+    });
+}
+
+void addContinue(CLI::App& app) {
+    struct Options {
+        ModelOptions model;
+        std::string cache;
+        int64_t maxNewTokens = 64;
+        double temperature = 0;
+        int64_t topK = 0;
+        double topP = 1.0;
+        std::uint64_t seed = 0;
+        bool json = false;
+    };
+    auto o = std::make_shared<Options>();
+    CLI::App* cmd = app.add_subcommand("continue", "Continue decoding from a saved KV cache (on a copy)");
+    addModelOptions(cmd, o->model);
+    cmd->add_option("--cache", o->cache, "Cache file")->required()->check(CLI::ExistingFile);
+    cmd->add_option("--max-new-tokens", o->maxNewTokens)->check(CLI::PositiveNumber);
+    cmd->add_option("--temperature", o->temperature)->check(CLI::NonNegativeNumber);
+    cmd->add_option("--top-k", o->topK)->check(CLI::NonNegativeNumber);
+    cmd->add_option("--top-p", o->topP)->check(CLI::Range(0.0, 1.0));
+    cmd->add_option("--seed", o->seed);
+    cmd->add_flag("--json", o->json, "Print the same JSON as generate");
+    cmd->callback([o] {
+        Transformer model = loadModel(o->model);
+        const KvCache cache = loadCacheFor(o->cache, model);
+        std::optional<Tokenizer> tok;
+        if (std::filesystem::exists(std::filesystem::path(o->model.model) / "tokenizer.json")) tok = Tokenizer::fromModelDir(o->model.model);
+        StopRules stops;
+        stops.maxNewTokens = o->maxNewTokens;
+        stops.eosIds = model.config().eosTokenIds;
+        const GenerationResult r = continueFrom(model, cache, {o->temperature, o->topK, o->topP, o->seed}, stops);
+        const std::string text = tok ? tok->decode(r.ids) : std::string();
+        if (o->json) std::cout << generationToJson(cache.ids(), r, text).dump() << "\n";
+        else if (tok) std::cout << text << "\n";
+        else
+            for (std::size_t i = 0; i < r.ids.size(); ++i) std::cout << (i ? "," : "") << r.ids[i] << (i + 1 == r.ids.size() ? "\n" : "");
+    });
+}
+
+}  // namespace
+
+void addCacheCommands(CLI::App& app) {
+    CLI::App* cache = app.add_subcommand("cache", "Build, inspect, compare, splice and locate KV caches");
+    cache->require_subcommand(1);
+    addBuild(cache);
+    addInfo(cache);
+    addDiff(cache);
+    addTransplant(cache);
+    addLocate(cache);
+    addContinue(app);
+}
+
+}  // namespace kvscope::cli

@@ -1,0 +1,105 @@
+#include "core/cache/cache_io.h"
+
+#include "core/cache/constructions.h"
+#include "core/cache/fingerprint.h"
+#include "core/model/safetensors.h"
+#include "core/model/transformer.h"
+#include "core/util/error.h"
+#include "core/util/version.h"
+
+#include <nlohmann/json.hpp>
+
+namespace kvscope {
+namespace {
+
+std::string layerKey(int64_t l, const char* which) { return "layers." + std::to_string(l) + "." + which; }
+
+}  // namespace
+
+void saveCache(const KvCache& cache, const std::string& path) {
+    std::vector<std::pair<std::string, torch::Tensor>> tensors;
+    for (int64_t l = 0; l < cache.numLayers(); ++l) {
+        tensors.emplace_back(layerKey(l, "keys"), cache.layerKeys(l));
+        tensors.emplace_back(layerKey(l, "values"), cache.layerValues(l));
+    }
+    if (cache.nextLogits().defined()) tensors.emplace_back("next_logits", cache.nextLogits().to(torch::kFloat32));
+    const CacheFingerprint fp = fingerprintCache(cache);
+    writeSafetensors(path, tensors,
+                     {{"format", "kvscope-kv-cache"},
+                      {"format_version", "1"},
+                      {"kvscope_version", kvscopeVersion()},
+                      {"dtype", dtypeName(cache.dtype())},
+                      {"construction", cache.construction()},
+                      {"prompt_length", std::to_string(cache.promptLength())},
+                      {"token_ids", nlohmann::json(cache.ids()).dump()},
+                      {"ids_fingerprint", fp.ids},
+                      {"model_fingerprint", cache.modelFingerprint()},
+                      {"fingerprint", fp.overall},
+                      {"next_logits_fingerprint", cache.nextLogits().defined() ? tensorFingerprint(cache.nextLogits().to(torch::kFloat32)) : ""}});
+}
+
+KvCache loadCache(const std::string& path, torch::Device device) {
+    SafetensorsFile file(path);
+    const auto& meta = file.metadata();
+    auto field = [&](const char* key) -> const std::string& {
+        auto it = meta.find(key);
+        if (it == meta.end()) throw FormatError(path + ": not a kvscope KV cache (metadata '" + key + "' missing)");
+        return it->second;
+    };
+    if (field("format") != "kvscope-kv-cache") throw FormatError(path + ": not a kvscope KV cache (metadata 'format' is not kvscope-kv-cache)");
+    if (field("format_version") != "1")
+        throw FormatError(path + ": KV cache format_version " + field("format_version") + " is not supported (expected 1)");
+    const torch::ScalarType dtype = parseDtype(field("dtype"));
+    std::vector<int64_t> ids;
+    try {
+        ids = nlohmann::json::parse(field("token_ids")).get<std::vector<int64_t>>();
+    } catch (const nlohmann::json::exception&) {
+        throw FormatError(path + ": metadata 'token_ids' is not a JSON list of integers");
+    }
+    int64_t layers = 0;
+    while (file.find(layerKey(layers, "keys"))) ++layers;
+    if (layers == 0) throw FormatError(path + ": no tensor 'layers.0.keys'");
+    const auto& first = file.find(layerKey(0, "keys"))->shape;
+    if (first.size() != 3) throw FormatError(path + ": 'layers.0.keys' must be [kv_heads, tokens, head_dim]");
+    const std::vector<int64_t> shape = {first[0], static_cast<int64_t>(ids.size()), first[2]};
+
+    KvCache cache(layers, shape[0], shape[2], dtype, device, std::max<int64_t>(shape[1], 1));
+    for (int64_t l = 0; l < layers; ++l) {
+        for (const char* which : {"keys", "values"}) {
+            const SafetensorsEntry* e = file.find(layerKey(l, which));
+            if (!e) throw FormatError(path + ": tensor '" + layerKey(l, which) + "' missing");
+            if (e->shape != shape || scalarTypeFromSafetensors(e->dtype) != dtype)
+                throw FormatError(path + ": tensor '" + layerKey(l, which) + "' is not " + dtypeName(dtype) + " [" +
+                                  std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + ", " +
+                                  std::to_string(shape[2]) + "]");
+        }
+    }
+    // Write every layer at once, as a forward over all positions would, then commit the ids.
+    for (int64_t l = 0; l < layers; ++l)
+        cache.write(l, file.read(layerKey(l, "keys")).to(device), file.read(layerKey(l, "values")).to(device));
+    cache.commit(ids);
+    cache.setConstruction(field("construction"));
+    cache.setPromptLength(std::stoll(field("prompt_length")));
+    cache.setModelFingerprint(field("model_fingerprint"));
+    if (file.find("next_logits")) {
+        torch::Tensor logits = file.read("next_logits", torch::kFloat32);
+        if (tensorFingerprint(logits) != field("next_logits_fingerprint"))
+            throw FormatError(path + ": 'next_logits' do not match their recorded fingerprint (file corrupted?)");
+        cache.setNextLogits(logits.to(device));
+    }
+    if (fingerprintCache(cache).overall != field("fingerprint"))
+        throw FormatError(path + ": KV cache data does not match its recorded fingerprint (file corrupted?)");
+    return cache;
+}
+
+KvCache loadCacheFor(const std::string& path, const Transformer& model) {
+    KvCache cache = loadCache(path, model.device());
+    try {
+        requireCacheFromModel(cache, model);
+    } catch (const UsageError& e) {
+        throw UsageError(path + ": " + e.what());
+    }
+    return cache;
+}
+
+}  // namespace kvscope

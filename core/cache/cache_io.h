@@ -1,0 +1,22 @@
+#pragma once
+// KV caches on disk as .safetensors: tensors "layers.L.keys" and "layers.L.values", each
+// [kv_heads, tokens, head_dim] in the cache dtype, plus "next_logits" [vocab] fp32 when known.
+// Metadata (strings): format "kvscope-kv-cache", format_version "1", kvscope_version, dtype,
+// construction, prompt_length, token_ids (JSON list), ids_fingerprint, model_fingerprint,
+// fingerprint (the cache's overall fingerprint, re-checked on load).
+#include "core/cache/kv_cache.h"
+
+#include <string>
+
+namespace kvscope {
+
+class Transformer;
+
+void saveCache(const KvCache& cache, const std::string& path);  // atomic; bit-exact
+// Reads and validates a cache file (FormatError naming the file and what is wrong). The cache lives
+// on `device`.
+KvCache loadCache(const std::string& path, torch::Device device = torch::kCPU);
+// Same, and refuses a cache that `model` did not build (fingerprint, shape or dtype differ).
+KvCache loadCacheFor(const std::string& path, const Transformer& model);
+
+}  // namespace kvscope

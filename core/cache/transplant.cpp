@@ -1,0 +1,96 @@
+#include "core/cache/transplant.h"
+
+#include "core/util/error.h"
+
+#include <set>
+#include <sstream>
+
+namespace kvscope {
+namespace {
+
+int64_t parseIndex(const std::string& s, const std::string& context) {
+    std::size_t used = 0;
+    long long v = -1;
+    try {
+        v = std::stoll(s, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (used == 0 || used != s.size() || v < 0) throw UsageError(context + ": '" + s + "' is not a non-negative integer");
+    return v;
+}
+
+}  // namespace
+
+std::vector<int64_t> TransplantSpec::parseLayers(const std::string& text, int64_t numLayers) {
+    std::set<int64_t> layers;
+    if (text == "all") {
+        for (int64_t l = 0; l < numLayers; ++l) layers.insert(l);
+        return {layers.begin(), layers.end()};
+    }
+    std::stringstream ss(text);
+    std::string part;
+    while (std::getline(ss, part, ',')) {
+        const auto dash = part.find('-');
+        const int64_t lo = parseIndex(part.substr(0, dash), "--layers");
+        const int64_t hi = dash == std::string::npos ? lo : parseIndex(part.substr(dash + 1), "--layers");
+        if (lo > hi || hi >= numLayers)
+            throw UsageError("--layers: '" + part + "' is outside 0-" + std::to_string(numLayers - 1));
+        for (int64_t l = lo; l <= hi; ++l) layers.insert(l);
+    }
+    if (layers.empty()) throw UsageError("--layers: no layers in '" + text + "'");
+    return {layers.begin(), layers.end()};
+}
+
+void TransplantSpec::parseKv(const std::string& text) {
+    if (text != "k" && text != "v" && text != "kv") throw UsageError("--kv must be k, v or kv (got '" + text + "')");
+    keys = text != "v";
+    values = text != "k";
+}
+
+void TransplantSpec::parsePositions(const std::string& text) {
+    const auto colon = text.find(':');
+    if (colon == std::string::npos) throw UsageError("--positions must be a:b (got '" + text + "')");
+    const std::string a = text.substr(0, colon), b = text.substr(colon + 1);
+    positionBegin = a.empty() ? 0 : parseIndex(a, "--positions");
+    positionEnd = b.empty() ? -1 : parseIndex(b, "--positions");
+    if (positionEnd >= 0 && positionEnd < positionBegin) throw UsageError("--positions: end is before begin in '" + text + "'");
+}
+
+std::string TransplantSpec::describe() const {
+    std::string s = "transplant(layers=";
+    for (std::size_t i = 0; i < layers.size(); ++i) s += (i ? "," : "") + std::to_string(layers[i]);
+    s += std::string(",kv=") + (keys && values ? "kv" : keys ? "k" : "v");
+    s += ",positions=" + std::to_string(positionBegin) + ":" + (positionEnd < 0 ? "" : std::to_string(positionEnd)) + ")";
+    return s;
+}
+
+KvCache transplant(const KvCache& recipient, const KvCache& donor, const TransplantSpec& spec) {
+    auto refuse = [](const std::string& why) { throw UsageError("transplant refused: " + why); };
+    if (recipient.modelFingerprint() != donor.modelFingerprint()) refuse("the caches come from different models");
+    if (recipient.dtype() != donor.dtype()) refuse("the caches have different dtypes");
+    if (recipient.numLayers() != donor.numLayers() || recipient.numKvHeads() != donor.numKvHeads() ||
+        recipient.headDim() != donor.headDim())
+        refuse("the caches have different shapes");
+    if (recipient.length() != donor.length())
+        refuse("the caches have different lengths (" + std::to_string(recipient.length()) + " vs " +
+               std::to_string(donor.length()) + " tokens)");
+    if (recipient.ids() != donor.ids()) refuse("the caches were built from different token ids");
+    const int64_t end = spec.positionEnd < 0 ? recipient.length() : spec.positionEnd;
+    if (end > recipient.length()) refuse("position range ends past the cache (" + std::to_string(recipient.length()) + " tokens)");
+    for (int64_t l : spec.layers)
+        if (l < 0 || l >= recipient.numLayers()) refuse("layer " + std::to_string(l) + " does not exist");
+
+    KvCache out = recipient.clone();
+    const int64_t count = end - spec.positionBegin;
+    for (int64_t l : spec.layers) {
+        if (count <= 0) break;
+        if (spec.keys) out.layerKeys(l).narrow(1, spec.positionBegin, count).copy_(donor.layerKeys(l).narrow(1, spec.positionBegin, count));
+        if (spec.values) out.layerValues(l).narrow(1, spec.positionBegin, count).copy_(donor.layerValues(l).narrow(1, spec.positionBegin, count));
+    }
+    out.setConstruction(spec.describe() + " of " + donor.construction() + " into " + recipient.construction());
+    out.setNextLogits(torch::Tensor());
+    return out;
+}
+
+}  // namespace kvscope

@@ -1,0 +1,28 @@
+#pragma once
+// Splicing caches: a new cache whose chosen layers (K, V or both, optionally only a position range)
+// come from a donor and everything else from the recipient.
+#include "core/cache/kv_cache.h"
+
+#include <string>
+#include <vector>
+
+namespace kvscope {
+
+struct TransplantSpec {
+    std::vector<int64_t> layers;          // empty: none
+    bool keys = true, values = true;
+    int64_t positionBegin = 0;            // [begin, end) ; end < 0: to the end
+    int64_t positionEnd = -1;
+
+    // "all" or "0-11,20" for `numLayers`; "k" | "v" | "kv"; "a:b" (either side may be empty).
+    static std::vector<int64_t> parseLayers(const std::string& text, int64_t numLayers);
+    void parseKv(const std::string& text);
+    void parsePositions(const std::string& text);
+    std::string describe() const;         // e.g. "transplant(layers=0-3,kv=k,positions=0:10)"
+};
+
+// Refuses (UsageError with the reason) caches of different model, dtype, length or token ids.
+// The result has no next-token logits: they depended on the recipient's own last forward.
+KvCache transplant(const KvCache& recipient, const KvCache& donor, const TransplantSpec& spec);
+
+}  // namespace kvscope

@@ -1,0 +1,113 @@
+// `kvscope cache ...` and `kvscope continue` end to end through the real executable.
+#include "support/test_support.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace kvscope {
+namespace {
+
+using test::runCli;
+using test::shellQuote;
+
+class CacheCli : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        dir = new test::TempDir;
+        model = shellQuote(test::tinyModel("qwen2"));
+        ASSERT_EQ(run("cache build --model " + model + " --prompt-ids 5,6,7,8,9 --generate 20 --construction live --dtype bf16 --out " + f("live")).exitCode, 0);
+        for (const char* c : {"prefill", "incremental", "incremental:0", "chunked:4"})
+            ASSERT_EQ(run("cache build --model " + model + " --ids-from " + f("live") + " --construction " + c + " --dtype bf16 --out " + f(c)).exitCode, 0) << c;
+    }
+    static void TearDownTestSuite() {
+        delete dir;
+        dir = nullptr;
+    }
+    static std::string f(const std::string& name) { return shellQuote(dir->file(name + ".safetensors")); }
+    static test::CommandResult run(const std::string& args) {
+        auto r = runCli(args);
+        if (r.exitCode != 0) std::cerr << "kvscope " << args << "\n" << r.err;
+        return r;
+    }
+    static nlohmann::json json(const std::string& args) {
+        auto r = run(args);
+        EXPECT_EQ(r.exitCode, 0) << r.err;
+        return nlohmann::json::parse(r.out);
+    }
+    static test::TempDir* dir;
+    static std::string model;
+};
+test::TempDir* CacheCli::dir = nullptr;
+std::string CacheCli::model;
+
+TEST_F(CacheCli, InfoHasTheDocumentedKeys) {
+    auto j = json("cache info " + f("live") + " --json");
+    EXPECT_EQ(j["layers"], 2);
+    EXPECT_EQ(j["tokens"], 25);
+    EXPECT_EQ(j["dtype"], "bf16");
+    EXPECT_EQ(j["construction"], "live");
+    EXPECT_EQ(j["fingerprint"].get<std::string>().size(), 64u);
+    EXPECT_EQ(json("cache info " + f("incremental") + " --json")["construction"], "incremental:5");
+}
+
+TEST_F(CacheCli, DiffJsonReportsBridgeExactAndPrefillDifferent) {
+    auto same = json("cache diff " + f("live") + " " + f("incremental") + " --json");
+    EXPECT_EQ(same["bit_exact"], true);
+    EXPECT_TRUE(same["first_difference"].is_null());
+    ASSERT_EQ(same["layers"].size(), 2u);
+    EXPECT_EQ(same["layers"][0]["k"]["max_abs"], 0.0);
+
+    auto diff = json("cache diff " + f("live") + " " + f("prefill") + " --json");
+    EXPECT_EQ(diff["bit_exact"], false);
+    ASSERT_FALSE(diff["first_difference"].is_null());
+    EXPECT_EQ(diff["first_difference"]["layer"], 0);
+    EXPECT_GE(diff["first_difference"]["position"].get<int>(), 5);
+    EXPECT_GT(diff["layers"][1]["v"]["differing"].get<int64_t>(), 0);
+    EXPECT_EQ(diff["positions"].size(), 25u);
+    EXPECT_FALSE(diff.contains("grids"));
+    EXPECT_TRUE(json("cache diff " + f("live") + " " + f("prefill") + " --json --full").contains("grids"));
+}
+
+TEST_F(CacheCli, TransplantAllMakesTheDonorAndContinuationFollowsIt) {
+    ASSERT_EQ(run("cache transplant --recipient " + f("prefill") + " --donor " + f("live") + " --layers all --out " + f("spliced")).exitCode, 0);
+    EXPECT_EQ(json("cache diff " + f("spliced") + " " + f("live") + " --json")["bit_exact"], true);
+    auto fromSpliced = json("continue --model " + model + " --dtype bf16 --cache " + f("spliced") + " --max-new-tokens 8 --json");
+    auto fromLive = json("continue --model " + model + " --dtype bf16 --cache " + f("live") + " --max-new-tokens 8 --json");
+    EXPECT_EQ(fromSpliced["generated_ids"], fromLive["generated_ids"]);
+    for (const char* key : {"prompt_ids", "generated_ids", "text", "steps"}) EXPECT_TRUE(fromLive.contains(key)) << key;
+
+    ASSERT_EQ(run("cache transplant --recipient " + f("prefill") + " --donor " + f("live") + " --layers 1 --kv v --positions 3:10 --out " + f("partial")).exitCode, 0);
+    auto partial = json("cache diff " + f("partial") + " " + f("prefill") + " --json");
+    EXPECT_EQ(partial["layers"][0]["bit_exact"], true);
+    EXPECT_EQ(partial["layers"][1]["k"]["differing"], 0);
+}
+
+TEST_F(CacheCli, LocateNamesTheFirstDifferingOp) {
+    auto j = json("cache locate --model " + model + " --dtype bf16 " + f("live") + " " + f("prefill") + " --json");
+    ASSERT_FALSE(j["first_difference"].is_null());
+    EXPECT_EQ(j["first_difference"]["layer"], 0);
+    EXPECT_EQ(j["first_difference"]["op"], "q_proj");
+    EXPECT_EQ(j["rebuilt_matches_file"]["a"], true);
+    EXPECT_EQ(j["rebuilt_matches_file"]["b"], true);
+    EXPECT_GT(j["ops"].size(), 20u);
+}
+
+TEST_F(CacheCli, RefusalsAreOneLineErrors) {
+    auto wrongDtype = runCli("continue --model " + model + " --dtype fp32 --cache " + f("live"));
+    EXPECT_NE(wrongDtype.exitCode, 0);
+    EXPECT_NE(wrongDtype.err.find("another model or dtype"), std::string::npos) << wrongDtype.err;
+    ASSERT_EQ(run("cache build --model " + model + " --prompt-ids 1,2,3 --generate 3 --construction live --dtype bf16 --out " + f("short")).exitCode, 0);
+    auto mismatch = runCli("cache transplant --recipient " + f("live") + " --donor " + f("short") + " --layers all --out " + f("x"));
+    EXPECT_NE(mismatch.exitCode, 0);
+    EXPECT_NE(mismatch.err.find("transplant refused"), std::string::npos) << mismatch.err;
+    EXPECT_EQ(std::count(mismatch.err.begin(), mismatch.err.end(), '\n'), 1);
+    auto badConstruction = runCli("cache build --model " + model + " --ids-from " + f("live") + " --construction oneshot --out " + f("y"));
+    EXPECT_EQ(badConstruction.exitCode, 2);
+    EXPECT_NE(badConstruction.err.find("oneshot"), std::string::npos);
+    auto notACache = runCli("cache info " + shellQuote(test::tinyModel("qwen2") + "/model.safetensors"));
+    EXPECT_NE(notACache.exitCode, 0);
+    EXPECT_NE(notACache.err.find("not a kvscope KV cache"), std::string::npos) << notACache.err;
+}
+
+}  // namespace
+}  // namespace kvscope

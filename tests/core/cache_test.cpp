@@ -1,0 +1,264 @@
+// The KV cache as an instrument: constructions, fingerprints, save/load, diff, transplant, locator.
+#include "core/cache/cache_diff.h"
+#include "core/cache/cache_io.h"
+#include "core/cache/constructions.h"
+#include "core/cache/fingerprint.h"
+#include "core/cache/locator.h"
+#include "core/cache/transplant.h"
+#include "core/model/safetensors.h"
+#include "core/util/error.h"
+#include "support/test_support.h"
+
+#include <gtest/gtest.h>
+
+namespace kvscope {
+namespace {
+
+const std::vector<int64_t> kPrompt = {11, 52, 7, 190, 23, 64};
+
+struct Built {
+    KvCache live, prefill, incremental, tokenByToken, chunked;
+};
+
+Built buildAll(const Transformer& m, int64_t generate = 24) {
+    Built b;
+    b.live = buildLiveCache(m, kPrompt, generate);
+    const auto& ids = b.live.ids();
+    const int64_t P = b.live.promptLength();
+    b.prefill = buildCache(m, ids, Construction::parse("prefill"), P);
+    b.incremental = buildCache(m, ids, Construction::parse("incremental"), P);
+    b.tokenByToken = buildCache(m, ids, Construction::parse("incremental:0"), P);
+    b.chunked = buildCache(m, ids, Construction::parse("chunked:5"), P);
+    return b;
+}
+
+bool sameBits(const KvCache& a, const KvCache& b) { return fingerprintCache(a).overall == fingerprintCache(b).overall; }
+
+class Constructions : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Constructions, Fp32ConstructionsAgreeWithinTolerance) {
+    Transformer m = Transformer::load(test::tinyModel(GetParam()), torch::kFloat32, torch::kCPU);
+    Built b = buildAll(m);
+    ASSERT_EQ(b.live.length(), static_cast<int64_t>(kPrompt.size()) + 24);
+    EXPECT_EQ(b.live.promptLength(), static_cast<int64_t>(kPrompt.size()));
+    for (const KvCache* other : {&b.prefill, &b.incremental, &b.tokenByToken, &b.chunked}) {
+        EXPECT_EQ(other->ids(), b.live.ids());
+        const CacheDiff d = diffCaches(b.live, *other);
+        for (const auto& l : d.perLayer) {
+            EXPECT_LT(l.keys.maxAbs, 1e-4) << other->construction();
+            EXPECT_LT(l.values.maxAbs, 1e-4) << other->construction();
+        }
+        EXPECT_LT((b.live.nextLogits() - other->nextLogits()).abs().max().item<double>(), 1e-3);
+    }
+    EXPECT_EQ(b.incremental.construction(), "incremental:" + std::to_string(kPrompt.size()));
+}
+
+TEST_P(Constructions, Bf16IncrementalIsBitExactWithLiveAndPrefillIsNot) {
+    // The study's "bridge": feeding the prompt in one forward and then one token at a time rebuilds
+    // the live cache bit for bit, because it runs exactly the same kernels on the same inputs.
+    Transformer m = Transformer::load(test::tinyModel(GetParam()), torch::kBFloat16, torch::kCPU);
+    Built b = buildAll(m);
+    EXPECT_TRUE(sameBits(b.live, b.incremental));
+    EXPECT_TRUE(diffCaches(b.live, b.incremental).bitExact);
+    EXPECT_TRUE(torch::equal(b.live.nextLogits(), b.incremental.nextLogits()));
+    // One-shot prefill runs GEMMs where live ran matrix-vector products: in bf16 the low bits differ.
+    const CacheDiff d = diffCaches(b.live, b.prefill);
+    EXPECT_FALSE(d.bitExact);
+    ASSERT_TRUE(d.firstDifference.has_value());
+    EXPECT_EQ(d.firstDifference->first, 0);  // it is already there in layer 0
+    EXPECT_GE(d.firstDifference->second, static_cast<int64_t>(kPrompt.size()));  // prompt rows share the GEMM
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, Constructions, ::testing::Values("qwen2", "llama", "qwen3"));
+
+TEST(Constructions, ParseAndSchedules) {
+    EXPECT_EQ(Construction::parse("chunked:4").schedule(10, 3), (std::vector<int64_t>{4, 4, 2}));
+    EXPECT_EQ(Construction::parse("incremental").schedule(5, 3), (std::vector<int64_t>{3, 1, 1}));
+    EXPECT_EQ(Construction::parse("incremental:0").schedule(3, 2), (std::vector<int64_t>{1, 1, 1}));
+    EXPECT_EQ(Construction::parse("prefill").schedule(7, 3), std::vector<int64_t>{7});
+    for (const char* bad : {"chunked", "chunked:0", "incremental:x", "prefill:3", "oneshot", "incremental:-1"})
+        EXPECT_THROW(Construction::parse(bad), UsageError) << bad;
+}
+
+TEST(Fingerprints, StableAndSensitiveToEveryBit) {
+    Transformer m = Transformer::load(test::tinyModel("qwen2"), torch::kBFloat16, torch::kCPU);
+    KvCache a = buildLiveCache(m, kPrompt, 4), b = buildLiveCache(m, kPrompt, 4);
+    const CacheFingerprint fa = fingerprintCache(a);
+    EXPECT_EQ(fa.overall, fingerprintCache(b).overall);
+    EXPECT_EQ(fa.overall.size(), 64u);
+    EXPECT_EQ(fa.keys.size(), static_cast<std::size_t>(m.config().numLayers));
+    // SHA-256 of "abc", the FIPS 180-2 test vector.
+    EXPECT_EQ(sha256Hex("abc", 3), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    // Flip one bit of one element of layer 1's V.
+    torch::Tensor v = b.layerValues(1);
+    v.view(torch::kInt16).view(-1)[5].bitwise_xor_(1);
+    const CacheFingerprint fb = fingerprintCache(b);
+    EXPECT_NE(fa.overall, fb.overall);
+    EXPECT_EQ(fa.keys, fb.keys);
+    EXPECT_EQ(fa.values[0], fb.values[0]);
+    EXPECT_NE(fa.values[1], fb.values[1]);
+    EXPECT_NE(idsFingerprint({1, 2}), idsFingerprint({2, 1}));
+}
+
+TEST(CacheIo, RoundTripIsBitExactAndKeepsProvenance) {
+    test::TempDir dir;
+    Transformer m = Transformer::load(test::tinyModel("qwen3"), torch::kBFloat16, torch::kCPU);
+    KvCache live = buildLiveCache(m, kPrompt, 10);
+    saveCache(live, dir.file("live.safetensors"));
+    KvCache back = loadCacheFor(dir.file("live.safetensors"), m);
+    EXPECT_TRUE(sameBits(live, back));
+    EXPECT_EQ(back.ids(), live.ids());
+    EXPECT_EQ(back.construction(), "live");
+    EXPECT_EQ(back.promptLength(), live.promptLength());
+    EXPECT_EQ(back.modelFingerprint(), m.fingerprint());
+    EXPECT_TRUE(torch::equal(back.nextLogits(), live.nextLogits()));
+    // Continuing from the loaded cache equals continuing from the original.
+    StopRules stops;
+    stops.maxNewTokens = 6;
+    EXPECT_EQ(continueFrom(m, back, {}, stops).ids, continueFrom(m, live, {}, stops).ids);
+}
+
+TEST(CacheIo, RefusesAnotherModelOrDtypeAndCorruptFiles) {
+    test::TempDir dir;
+    Transformer bf16 = Transformer::load(test::tinyModel("qwen2"), torch::kBFloat16, torch::kCPU);
+    saveCache(buildLiveCache(bf16, kPrompt, 3), dir.file("c.safetensors"));
+    Transformer fp32 = Transformer::load(test::tinyModel("qwen2"), torch::kFloat32, torch::kCPU);
+    Transformer other = Transformer::load(test::tinyModel("qwen2-tied"), torch::kBFloat16, torch::kCPU);
+    EXPECT_THROW(loadCacheFor(dir.file("c.safetensors"), fp32), UsageError);
+    EXPECT_THROW(loadCacheFor(dir.file("c.safetensors"), other), UsageError);
+    // A cache file whose bytes were altered no longer matches its recorded fingerprint.
+    std::string bytes = test::readTextFile(dir.file("c.safetensors"));
+    std::uint64_t headerLength = 0;
+    for (int i = 7; i >= 0; --i) headerLength = (headerLength << 8) | static_cast<unsigned char>(bytes[i]);
+    for (const char* tensor : {"layers.1.values", "next_logits"}) {
+        const auto begin = SafetensorsFile(dir.file("c.safetensors")).find(tensor)->begin;
+        std::string corrupt = bytes;
+        corrupt[8 + headerLength + begin + 3] ^= 0x01;
+        test::writeTextFile(dir.file("bad.safetensors"), corrupt);
+        EXPECT_THROW(loadCache(dir.file("bad.safetensors")), FormatError) << tensor;
+    }
+    // A weights file is not a cache.
+    EXPECT_THROW(loadCache(test::tinyModel("qwen2") + "/model.safetensors"), FormatError);
+}
+
+TEST(CacheDiff, ACacheAgainstItselfIsZeroEverywhere) {
+    Transformer m = Transformer::load(test::tinyModel("llama"), torch::kBFloat16, torch::kCPU);
+    KvCache c = buildLiveCache(m, kPrompt, 8);
+    const CacheDiff d = diffCaches(c, c.clone());
+    EXPECT_TRUE(d.bitExact);
+    EXPECT_FALSE(d.firstDifference.has_value());
+    ASSERT_EQ(d.keys.maxAbs.size(), static_cast<std::size_t>(d.layers * d.heads * d.positions));
+    for (std::size_t i = 0; i < d.keys.maxAbs.size(); ++i) {
+        EXPECT_EQ(d.keys.maxAbs[i], 0.0f);
+        EXPECT_EQ(d.values.relL2[i], 0.0f);
+        EXPECT_EQ(d.keys.differing[i], 0);
+    }
+}
+
+TEST(CacheDiff, MetricsOfAKnownPerturbation) {
+    Transformer m = Transformer::load(test::tinyModel("qwen2"), torch::kFloat32, torch::kCPU);
+    KvCache a = buildLiveCache(m, kPrompt, 4);
+    KvCache b = a.clone();
+    // Add 0.5 to K of layer 1, head 0, position 3, feature 2.
+    b.layerKeys(1)[0][3][2].add_(0.5);
+    const CacheDiff d = diffCaches(a, b);
+    EXPECT_FALSE(d.bitExact);
+    ASSERT_TRUE(d.firstDifference.has_value());
+    EXPECT_EQ(*d.firstDifference, (std::pair<int64_t, int64_t>(1, 3)));
+    const auto i = d.at(1, 0, 3);
+    EXPECT_NEAR(d.keys.maxAbs[i], 0.5, 1e-6);
+    EXPECT_NEAR(d.keys.meanAbs[i], 0.5 / d.headDim, 1e-6);
+    EXPECT_EQ(d.keys.differing[i], 1);
+    const double norm = a.layerKeys(1)[0][3].norm().item<double>();
+    EXPECT_NEAR(d.keys.relL2[i], 0.5 / norm, 1e-5);
+    EXPECT_EQ(d.perLayer[1].keys.differing, 1);
+    EXPECT_EQ(d.perLayer[1].values.differing, 0);
+    EXPECT_TRUE(d.perLayer[0].bitExact);
+    EXPECT_EQ(d.perPosition[3].layersDiffering, 1);
+}
+
+TEST(CacheDiff, RefusesMismatchedCaches) {
+    Transformer m = Transformer::load(test::tinyModel("qwen2"), torch::kFloat32, torch::kCPU);
+    KvCache a = buildLiveCache(m, kPrompt, 4), shorter = buildLiveCache(m, kPrompt, 3);
+    KvCache otherIds = buildLiveCache(m, {1, 2, 3, 4, 5, 6}, 4);
+    EXPECT_THROW(diffCaches(a, shorter), UsageError);
+    EXPECT_THROW(diffCaches(a, otherIds), UsageError);
+}
+
+TEST(Transplant, AllLayersYieldsTheDonorBitForBitAndContinuationFollowsIt) {
+    Transformer m = Transformer::load(test::tinyModel("qwen2"), torch::kBFloat16, torch::kCPU);
+    KvCache live = buildLiveCache(m, kPrompt, 30);
+    KvCache prefill = buildCache(m, live.ids(), Construction::parse("prefill"), live.promptLength());
+    TransplantSpec all;
+    all.layers = TransplantSpec::parseLayers("all", m.config().numLayers);
+    KvCache spliced = transplant(prefill, live, all);
+    EXPECT_TRUE(sameBits(spliced, live));
+    EXPECT_FALSE(spliced.nextLogits().defined());
+    EXPECT_NE(spliced.construction().find("transplant"), std::string::npos);
+    // Re-feeding the last token over the live history is exactly what live decoding does next.
+    StopRules stops;
+    stops.maxNewTokens = 10;
+    EXPECT_EQ(continueFrom(m, spliced, {}, stops).ids, continueFrom(m, live, {}, stops).ids);
+    // The source caches are untouched.
+    EXPECT_FALSE(sameBits(prefill, live));
+}
+
+TEST(Transplant, ChosenLayersKvAndPositionsOnly) {
+    Transformer m = Transformer::load(test::tinyModel("qwen2"), torch::kBFloat16, torch::kCPU);
+    KvCache live = buildLiveCache(m, kPrompt, 20);
+    KvCache prefill = buildCache(m, live.ids(), Construction::parse("prefill"), live.promptLength());
+    TransplantSpec spec;
+    spec.layers = TransplantSpec::parseLayers("1", m.config().numLayers);
+    spec.parseKv("k");
+    spec.parsePositions("8:");
+    KvCache s = transplant(prefill, live, spec);
+    EXPECT_TRUE(torch::equal(s.layerKeys(1).narrow(1, 8, s.length() - 8), live.layerKeys(1).narrow(1, 8, s.length() - 8)));
+    EXPECT_TRUE(torch::equal(s.layerKeys(1).narrow(1, 0, 8), prefill.layerKeys(1).narrow(1, 0, 8)));
+    EXPECT_TRUE(torch::equal(s.layerValues(1), prefill.layerValues(1)));
+    EXPECT_TRUE(torch::equal(s.layerKeys(0), prefill.layerKeys(0)));
+    EXPECT_EQ(TransplantSpec::parseLayers("0-1,1", 2), (std::vector<int64_t>{0, 1}));
+    EXPECT_THROW(TransplantSpec::parseLayers("0-5", 2), UsageError);
+    EXPECT_THROW(spec.parseKv("q"), UsageError);
+}
+
+TEST(Transplant, RefusesMismatchedCachesWithTheReason) {
+    Transformer m = Transformer::load(test::tinyModel("qwen2"), torch::kBFloat16, torch::kCPU);
+    Transformer other = Transformer::load(test::tinyModel("qwen2-tied"), torch::kBFloat16, torch::kCPU);
+    KvCache a = buildLiveCache(m, kPrompt, 5);
+    TransplantSpec all;
+    all.layers = {0, 1};
+    auto expectRefusal = [&](const KvCache& donor, const std::string& reason) {
+        try {
+            transplant(a, donor, all);
+            FAIL() << "expected refusal: " << reason;
+        } catch (const UsageError& e) {
+            EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
+        }
+    };
+    expectRefusal(buildLiveCache(m, kPrompt, 4), "lengths");
+    expectRefusal(buildLiveCache(m, {3, 3, 3, 3, 3, 3}, 5), "token ids");
+    expectRefusal(buildLiveCache(other, kPrompt, 5), "models");
+}
+
+TEST(Locator, FindsTheFirstDifferingOpBetweenLiveAndPrefillInBf16) {
+    Transformer m = Transformer::load(test::tinyModel("qwen2"), torch::kBFloat16, torch::kCPU);
+    KvCache live = buildLiveCache(m, kPrompt, 20);
+    const LocatorReport r = locateDivergence(m, live.ids(), live.promptLength(), Construction::parse("incremental"),
+                                             Construction::parse("prefill"));
+    EXPECT_EQ(r.cacheFingerprintA, fingerprintCache(live).overall);  // the rebuild is the live cache
+    ASSERT_TRUE(r.firstDifference.has_value());
+    const OpComparison& first = r.ops[*r.firstDifference];
+    EXPECT_EQ(first.layer, 0);
+    EXPECT_EQ(first.op, "q_proj");  // the projection GEMV vs GEMM is where bits first part
+    EXPECT_GT(first.maxAbs, 0.0);
+    EXPECT_EQ(r.ops.front().op, "embedding");
+    EXPECT_TRUE(r.ops.front().bitExact);
+    EXPECT_EQ(r.ops.back().op, "logits");
+    // The same construction twice: every op identical.
+    const LocatorReport same = locateDivergence(m, live.ids(), live.promptLength(), Construction::parse("prefill"),
+                                                Construction::parse("prefill"));
+    EXPECT_FALSE(same.firstDifference.has_value());
+}
+
+}  // namespace
+}  // namespace kvscope
