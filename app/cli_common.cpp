@@ -2,6 +2,7 @@
 
 #include "core/util/threads.h"
 
+#include <filesystem>
 #include <iostream>
 #include <thread>
 
@@ -19,6 +20,32 @@ void addModelOptions(CLI::App* cmd, ModelOptions& o) {
         ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
     cmd->add_option("--device", o.device, "cpu, cuda or cuda:N");
     addThreadsOption(cmd, o.threads);
+}
+
+void addDecodeOptions(CLI::App* cmd, DecodeOptions& o) {
+    cmd->add_option("--max-new-tokens", o.maxNewTokens, "Stop after this many new tokens")->check(CLI::PositiveNumber);
+    cmd->add_option("--temperature", o.sampling.temperature, "0 = greedy (default); >0 samples")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--top-k", o.sampling.topK, "Sample among the k most likely tokens (0 = all)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--top-p", o.sampling.topP, "Nucleus sampling mass (1 = off)")->check(CLI::Range(0.0, 1.0));
+    cmd->add_option("--seed", o.sampling.seed, "Seed for sampling; a draw depends only on (seed, position)");
+}
+
+std::optional<Tokenizer> tokenizerIfPresent(const std::string& dir) {
+    if (!std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) return std::nullopt;
+    return Tokenizer::fromModelDir(dir);
+}
+
+void printGeneration(const std::vector<int64_t>& promptIds, const GenerationResult& r,
+                     const std::optional<Tokenizer>& tok, bool json) {
+    const std::string text = tok ? tok->decode(r.ids) : std::string();
+    if (json) {
+        std::cout << generationToJson(promptIds, r, text).dump() << "\n";
+    } else if (tok) {
+        std::cout << text << "\n";
+    } else {
+        for (std::size_t i = 0; i < r.ids.size(); ++i) std::cout << (i ? "," : "") << r.ids[i];
+        std::cout << "\n";
+    }
 }
 
 void applyThreads(int threads) { configureThreads(threads); }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace kvscope::cli {
@@ -21,6 +22,18 @@ struct ModelOptions {
 };
 
 void addModelOptions(CLI::App* cmd, ModelOptions& options);
+
+// --max-new-tokens, --temperature, --top-k, --top-p, --seed (generate and continue share them).
+struct DecodeOptions {
+    int64_t maxNewTokens = 64;
+    SamplingParams sampling;
+};
+void addDecodeOptions(CLI::App* cmd, DecodeOptions& options);
+
+std::optional<Tokenizer> tokenizerIfPresent(const std::string& modelDir);
+// JSON (--json) or the text (ids when there is no tokenizer) of a generation, on stdout.
+void printGeneration(const std::vector<int64_t>& promptIds, const GenerationResult& result,
+                     const std::optional<Tokenizer>& tokenizer, bool json);
 void addThreadsOption(CLI::App* cmd, int& threads);
 void applyThreads(int threads);  // libtorch defaults to one intra-op thread here unless told
 Transformer loadModel(const ModelOptions& options);

@@ -11,7 +11,6 @@
 #include "core/util/error.h"
 
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 
 namespace kvscope::cli {
@@ -212,37 +211,23 @@ void addContinue(CLI::App& app) {
     struct Options {
         ModelOptions model;
         std::string cache;
-        int64_t maxNewTokens = 64;
-        double temperature = 0;
-        int64_t topK = 0;
-        double topP = 1.0;
-        std::uint64_t seed = 0;
+        DecodeOptions decode;
         bool json = false;
     };
     auto o = std::make_shared<Options>();
     CLI::App* cmd = app.add_subcommand("continue", "Continue decoding from a saved KV cache (on a copy)");
     addModelOptions(cmd, o->model);
     cmd->add_option("--cache", o->cache, "Cache file")->required()->check(CLI::ExistingFile);
-    cmd->add_option("--max-new-tokens", o->maxNewTokens)->check(CLI::PositiveNumber);
-    cmd->add_option("--temperature", o->temperature)->check(CLI::NonNegativeNumber);
-    cmd->add_option("--top-k", o->topK)->check(CLI::NonNegativeNumber);
-    cmd->add_option("--top-p", o->topP)->check(CLI::Range(0.0, 1.0));
-    cmd->add_option("--seed", o->seed);
+    addDecodeOptions(cmd, o->decode);
     cmd->add_flag("--json", o->json, "Print the same JSON as generate");
     cmd->callback([o] {
         Transformer model = loadModel(o->model);
         const KvCache cache = loadCacheFor(o->cache, model);
-        std::optional<Tokenizer> tok;
-        if (std::filesystem::exists(std::filesystem::path(o->model.model) / "tokenizer.json")) tok = Tokenizer::fromModelDir(o->model.model);
         StopRules stops;
-        stops.maxNewTokens = o->maxNewTokens;
+        stops.maxNewTokens = o->decode.maxNewTokens;
         stops.eosIds = model.config().eosTokenIds;
-        const GenerationResult r = continueFrom(model, cache, {o->temperature, o->topK, o->topP, o->seed}, stops);
-        const std::string text = tok ? tok->decode(r.ids) : std::string();
-        if (o->json) std::cout << generationToJson(cache.ids(), r, text).dump() << "\n";
-        else if (tok) std::cout << text << "\n";
-        else
-            for (std::size_t i = 0; i < r.ids.size(); ++i) std::cout << (i ? "," : "") << r.ids[i] << (i + 1 == r.ids.size() ? "\n" : "");
+        printGeneration(cache.ids(), continueFrom(model, cache, o->decode.sampling, stops),
+                        tokenizerIfPresent(o->model.model), o->json);
     });
 }
 
