@@ -32,6 +32,12 @@ Built buildAll(const Transformer& m, int64_t generate = 24) {
     return b;
 }
 
+std::pair<KvCache, KvCache> liveAndPrefill(const Transformer& m, int64_t generate) {
+    KvCache live = buildLiveCache(m, kPrompt, generate);
+    KvCache prefill = buildCache(m, live.ids(), Construction::parse("prefill"), live.promptLength());
+    return {std::move(live), std::move(prefill)};
+}
+
 bool sameBits(const KvCache& a, const KvCache& b) { return fingerprintCache(a).overall == fingerprintCache(b).overall; }
 
 class Constructions : public ::testing::TestWithParam<std::string> {};
@@ -187,8 +193,7 @@ TEST(CacheDiff, RefusesMismatchedCaches) {
 
 TEST(Transplant, AllLayersYieldsTheDonorBitForBitAndContinuationFollowsIt) {
     Transformer m = Transformer::load(test::tinyModel("qwen2"), torch::kBFloat16, torch::kCPU);
-    KvCache live = buildLiveCache(m, kPrompt, 30);
-    KvCache prefill = buildCache(m, live.ids(), Construction::parse("prefill"), live.promptLength());
+    auto [live, prefill] = liveAndPrefill(m, 30);
     TransplantSpec all;
     all.layers = TransplantSpec::parseLayers("all", m.config().numLayers);
     KvCache spliced = transplant(prefill, live, all);
@@ -205,8 +210,7 @@ TEST(Transplant, AllLayersYieldsTheDonorBitForBitAndContinuationFollowsIt) {
 
 TEST(Transplant, ChosenLayersKvAndPositionsOnly) {
     Transformer m = Transformer::load(test::tinyModel("qwen2"), torch::kBFloat16, torch::kCPU);
-    KvCache live = buildLiveCache(m, kPrompt, 20);
-    KvCache prefill = buildCache(m, live.ids(), Construction::parse("prefill"), live.promptLength());
+    auto [live, prefill] = liveAndPrefill(m, 20);
     TransplantSpec spec;
     spec.layers = TransplantSpec::parseLayers("1", m.config().numLayers);
     spec.parseKv("k");
