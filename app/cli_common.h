@@ -48,5 +48,6 @@ void addTokenizeCommands(CLI::App& app);
 void addMakeTestModelCommand(CLI::App& app);
 void addBenchCommand(CLI::App& app);
 void addCacheCommands(CLI::App& app);  // cache build/info/diff/transplant/locate, continue
+void addExperimentCommands(CLI::App& app);  // run, report, audit, ledger merge
 
 }  // namespace kvscope::cli

@@ -23,10 +23,11 @@ int main(int argc, char** argv) {
     cli::addMakeTestModelCommand(app);
     cli::addBenchCommand(app);
     cli::addCacheCommands(app);
+    cli::addExperimentCommands(app);
 
     if (argc > 1 && argv[1][0] != '-' && app.get_subcommands([&](CLI::App* c) { return c->get_name() == argv[1]; }).empty()) {
         std::cerr << "kvscope: error: unknown command '" << argv[1]
-                  << "' (commands: generate, tokenize, detokenize, make-test-model, bench, cache, continue; see --help)\n";
+                  << "' (commands: generate, tokenize, detokenize, make-test-model, bench, cache, continue, run, report, audit, ledger; see --help)\n";
         return 2;
     }
     try {

@@ -89,7 +89,16 @@ KvCache transplant(const KvCache& recipient, const KvCache& donor, const Transpl
         if (spec.values) out.layerValues(l).narrow(1, spec.positionBegin, count).copy_(donor.layerValues(l).narrow(1, spec.positionBegin, count));
     }
     out.setConstruction(spec.describe() + " of " + donor.construction() + " into " + recipient.construction());
-    out.setNextLogits(torch::Tensor());
+    // Next-token logits came from a cache's own last forward. A splice that left every K and V bit
+    // equal to one of its sources *is* that source, so it keeps that source's logits; any other
+    // splice has none, and a continuation re-feeds its last token.
+    auto sameKv = [&](const KvCache& other) {
+        for (int64_t l = 0; l < out.numLayers(); ++l)
+            if (!torch::equal(out.layerKeys(l), other.layerKeys(l)) || !torch::equal(out.layerValues(l), other.layerValues(l))) return false;
+        return true;
+    };
+    const KvCache* same = sameKv(donor) ? &donor : sameKv(recipient) ? &recipient : nullptr;
+    out.setNextLogits(same && same->nextLogits().defined() ? same->nextLogits().clone() : torch::Tensor());
     return out;
 }
 

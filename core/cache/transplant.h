@@ -22,7 +22,8 @@ struct TransplantSpec {
 };
 
 // Refuses (UsageError with the reason) caches of different model, dtype, length or token ids.
-// The result has no next-token logits: they depended on the recipient's own last forward.
+// The result keeps next-token logits only when its K/V equal the donor's (or the recipient's) bit
+// for bit; otherwise it has none and a continuation re-feeds the last token.
 KvCache transplant(const KvCache& recipient, const KvCache& donor, const TransplantSpec& spec);
 
 }  // namespace kvscope

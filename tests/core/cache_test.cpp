@@ -198,7 +198,8 @@ TEST(Transplant, AllLayersYieldsTheDonorBitForBitAndContinuationFollowsIt) {
     all.layers = TransplantSpec::parseLayers("all", m.config().numLayers);
     KvCache spliced = transplant(prefill, live, all);
     EXPECT_TRUE(sameBits(spliced, live));
-    EXPECT_FALSE(spliced.nextLogits().defined());
+    ASSERT_TRUE(spliced.nextLogits().defined());  // it is the donor, so it takes the donor's logits
+    EXPECT_TRUE(torch::equal(spliced.nextLogits(), live.nextLogits()));
     EXPECT_NE(spliced.construction().find("transplant"), std::string::npos);
     // Re-feeding the last token over the live history is exactly what live decoding does next.
     StopRules stops;
@@ -220,6 +221,7 @@ TEST(Transplant, ChosenLayersKvAndPositionsOnly) {
     EXPECT_TRUE(torch::equal(s.layerKeys(1).narrow(1, 0, 8), prefill.layerKeys(1).narrow(1, 0, 8)));
     EXPECT_TRUE(torch::equal(s.layerValues(1), prefill.layerValues(1)));
     EXPECT_TRUE(torch::equal(s.layerKeys(0), prefill.layerKeys(0)));
+    EXPECT_FALSE(s.nextLogits().defined());  // a true splice has no logits of its own
     EXPECT_EQ(TransplantSpec::parseLayers("0-1,1", 2), (std::vector<int64_t>{0, 1}));
     EXPECT_THROW(TransplantSpec::parseLayers("0-5", 2), UsageError);
     EXPECT_THROW(spec.parseKv("q"), UsageError);

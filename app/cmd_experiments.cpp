@@ -1,0 +1,205 @@
+// kvscope run / report / audit / ledger merge: the headless experiment engine.
+// Exit codes: 0 success; 1 failure; 2 usage error; 3 audit found mismatches; 130 interrupted
+// (Ctrl-C: the item in flight is finished and recorded first; run the same command to resume).
+#include "cli_common.h"
+
+#include "experiments/dataset.h"
+#include "experiments/ledger.h"
+#include "experiments/manifest.h"
+#include "experiments/protocols.h"
+#include "experiments/report.h"
+#include "experiments/runner.h"
+
+#include "core/util/error.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+namespace kvscope::cli {
+namespace {
+
+using namespace kvscope::experiments;
+
+std::atomic<bool> gStopRequested{false};
+extern "C" void onInterrupt(int) { gStopRequested.store(true); }
+
+std::string formatSeconds(double s) {
+    char buf[32];
+    const int total = static_cast<int>(s + 0.5);
+    std::snprintf(buf, sizeof buf, "%d:%02d:%02d", total / 3600, total / 60 % 60, total % 60);
+    return buf;
+}
+
+// A one-line progress bar on a terminal, plain log lines elsewhere (CI logs, Slurm output).
+void showProgress(const RunProgress& p) {
+    static const bool terminal = ::isatty(STDERR_FILENO);
+    const double fraction = p.total ? static_cast<double>(p.done) / static_cast<double>(p.total) : 1.0;
+    if (terminal) {
+        const int width = 30, filled = static_cast<int>(fraction * width);
+        std::fprintf(stderr, "\r[%s%s] %lld/%lld  item %-12s %7.1f tok/s  ETA %s ", std::string(filled, '#').c_str(),
+                     std::string(width - filled, '.').c_str(), static_cast<long long>(p.done), static_cast<long long>(p.total),
+                     p.currentItem.c_str(), p.tokensPerSecond, formatSeconds(p.etaSeconds).c_str());
+        if (p.done == p.total && p.total > 0) std::fprintf(stderr, "\n");
+    } else if (!p.lastStatus.empty() && p.done > 0) {
+        std::fprintf(stderr, "kvscope run: %lld/%lld item %s %s (%.1f tok/s, ETA %s)\n", static_cast<long long>(p.done),
+                     static_cast<long long>(p.total), p.currentItem.c_str(), p.lastStatus.c_str(), p.tokensPerSecond,
+                     formatSeconds(p.etaSeconds).c_str());
+    }
+    std::fflush(stderr);
+}
+
+std::pair<int, int> parseShard(const std::string& text) {
+    const auto slash = text.find('/');
+    try {
+        if (slash != std::string::npos) return {std::stoi(text.substr(0, slash)), std::stoi(text.substr(slash + 1))};
+    } catch (const std::exception&) {
+    }
+    throw UsageError("--shard must be I/N, e.g. 0/4 (got '" + text + "')");
+}
+
+std::string chooseRun(const Ledger& ledger, const std::string& requested) {
+    if (!requested.empty()) return ledger.run(requested).runId;
+    const auto runs = ledger.runs();
+    if (runs.empty()) throw UsageError(ledger.path() + ": the ledger holds no run");
+    return runs.back().runId;  // the newest
+}
+
+void addRun(CLI::App& app) {
+    struct Options {
+        std::string experiment, items, shard;
+        RunOptions run;
+    };
+    auto o = std::make_shared<Options>();
+    CLI::App* cmd = app.add_subcommand("run", "Run an experiment file into a ledger (resumable)");
+    cmd->add_option("experiment", o->experiment, "Experiment file (.toml)")->required()->check(CLI::ExistingFile);
+    cmd->add_option("--ledger", o->run.ledgerPath, "SQLite ledger to write (created if needed)")->required();
+    cmd->add_flag("--new-run", o->run.newRun, "Start a new run even though the ledger holds one with other inputs");
+    cmd->add_option("--limit", o->run.limit, "Run at most N items")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--items", o->items, "Only these item ids: a,b,c");
+    cmd->add_option("--shard", o->shard, "Run shard I of N (items whose index % N == I), e.g. 0/4");
+    cmd->add_option("--keep-caches", o->run.keepCachesDir, "Also save each item's live and prefill caches here");
+    cmd->add_option("--threads", o->run.threads, "Intra-op threads (default: the experiment's, else all cores)");
+    cmd->callback([o] {
+        const ExperimentConfig config = ExperimentConfig::load(o->experiment);
+        if (!o->items.empty()) {
+            std::stringstream ss(o->items);
+            for (std::string id; std::getline(ss, id, ',');) o->run.onlyItems.push_back(id);
+        }
+        if (!o->shard.empty()) std::tie(o->run.shardIndex, o->run.shardCount) = parseShard(o->shard);
+        std::signal(SIGINT, onInterrupt);
+        std::signal(SIGTERM, onInterrupt);
+        const RunSummary s = runExperiment(config, o->run, showProgress, gStopRequested);
+        std::fprintf(stderr, "kvscope run: run %s %s: %lld items run, %lld already done, %lld selected, %.1f s\n", s.runId.c_str(),
+                     s.resumed ? "resumed" : "started", static_cast<long long>(s.ran), static_cast<long long>(s.alreadyDone),
+                     static_cast<long long>(s.selected), s.seconds);
+        if (s.interrupted) {
+            std::fprintf(stderr, "kvscope run: interrupted; every finished item is recorded. Resume with: kvscope run %s --ledger %s\n",
+                         o->experiment.c_str(), o->run.ledgerPath.c_str());
+            std::exit(130);
+        }
+    });
+}
+
+void addReport(CLI::App& app) {
+    struct Options {
+        std::string ledger, run, format = "md", out;
+    };
+    auto o = std::make_shared<Options>();
+    CLI::App* cmd = app.add_subcommand("report", "Print and write the study's tables for a ledger run");
+    cmd->add_option("ledger", o->ledger, "Ledger file")->required()->check(CLI::ExistingFile);
+    cmd->add_option("--run", o->run, "Run id (default: the newest)");
+    cmd->add_option("--format", o->format, "md, json or csv (per item)")->check(CLI::IsMember({"md", "json", "csv"}));
+    cmd->add_option("--out", o->out, "Also write report.md, report.json and items.csv into this folder");
+    cmd->callback([o] {
+        Ledger ledger(o->ledger);
+        const std::string runId = chooseRun(ledger, o->run);
+        const auto items = ledger.items(runId);
+        const nlohmann::json report = buildReport(items, ledger.run(runId));
+        const std::string md = reportMarkdown(report), csv = itemsCsv(items), json = report.dump(2) + "\n";
+        std::cout << (o->format == "json" ? json : o->format == "csv" ? csv : md);
+        if (!o->out.empty()) {
+            std::filesystem::create_directories(o->out);
+            for (const auto& [name, text] : {std::pair{"report.md", md}, {"report.json", json}, {"items.csv", csv}}) {
+                std::ofstream f(std::filesystem::path(o->out) / name);
+                f << text;
+            }
+        }
+    });
+}
+
+void addAudit(CLI::App& app) {
+    struct Options {
+        std::string ledger, run, model, dataset;
+        int64_t limit = -1;
+        int threads = 0;
+    };
+    auto o = std::make_shared<Options>();
+    CLI::App* cmd = app.add_subcommand("audit", "Replay a ledger run and check every token id and fingerprint");
+    cmd->add_option("ledger", o->ledger, "Ledger file")->required()->check(CLI::ExistingFile);
+    cmd->add_option("--run", o->run, "Run id (default: the newest)");
+    cmd->add_option("--model", o->model, "Model directory, if it moved since the run");
+    cmd->add_option("--dataset", o->dataset, "Dataset file, if it moved since the run");
+    cmd->add_option("--limit", o->limit, "Audit at most N items")->check(CLI::NonNegativeNumber);
+    addThreadsOption(cmd, o->threads);
+    cmd->callback([o] {
+        applyThreads(o->threads);
+        Ledger ledger(o->ledger);
+        const RunInfo run = ledger.run(chooseRun(ledger, o->run));
+        const auto& paths = run.manifest["paths"];
+        ExperimentConfig config = ExperimentConfig::load(paths["experiment"].get<std::string>());
+        config.modelDir = o->model.empty() ? paths["model"].get<std::string>() : o->model;
+        config.datasetPath = o->dataset.empty() ? paths["dataset"].get<std::string>() : o->dataset;
+        const std::string change = describeManifestChange(run.manifest, buildManifest(config));
+        if (!change.empty()) throw UsageError("cannot audit run " + run.runId + ": " + change + " since the run");
+        config.protocols.erase("audit");
+        ModelPool models(config.modelDir, config.device);
+        const Tokenizer tokenizer = Tokenizer::fromModelDir(config.modelDir);
+        ItemContext ctx{config, tokenizer, [&](const std::string& d) -> const Transformer& { return models.get(d); }, ""};
+        const auto dataset = loadDataset(config.datasetPath);
+        int64_t checked = 0, reproduced = 0;
+        for (const ItemRecord& stored : ledger.items(run.runId)) {
+            if (o->limit >= 0 && checked >= o->limit) break;
+            const auto mismatches = auditItem(ctx, dataset.at(static_cast<std::size_t>(stored.index)), stored);
+            ++checked;
+            if (mismatches.empty()) ++reproduced;
+            for (const auto& m : mismatches) std::cout << "item " << stored.itemId << ": " << m << "\n";
+        }
+        std::cout << "audit: " << reproduced << "/" << checked << " items reproduced\n";
+        if (reproduced != checked) std::exit(3);
+    });
+}
+
+void addLedgerMerge(CLI::App& app) {
+    struct Options {
+        std::string out;
+        std::vector<std::string> inputs;
+    };
+    auto o = std::make_shared<Options>();
+    CLI::App* ledger = app.add_subcommand("ledger", "Ledger maintenance");
+    ledger->require_subcommand(1);
+    CLI::App* merge = ledger->add_subcommand("merge", "Combine shard ledgers of one run into OUT");
+    merge->add_option("out", o->out, "Ledger to merge into (created if needed)")->required();
+    merge->add_option("inputs", o->inputs, "Shard ledgers")->required()->check(CLI::ExistingFile);
+    merge->callback([o] {
+        Ledger out(o->out);
+        for (const auto& in : o->inputs) out.mergeFrom(Ledger(in));
+        for (const auto& r : out.runs()) std::cout << "run " << r.runId << ": " << r.itemsDone << " items\n";
+    });
+}
+
+}  // namespace
+
+void addExperimentCommands(CLI::App& app) {
+    addRun(app);
+    addReport(app);
+    addAudit(app);
+    addLedgerMerge(app);
+}
+
+}  // namespace kvscope::cli

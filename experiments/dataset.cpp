@@ -1,0 +1,90 @@
+#include "experiments/dataset.h"
+
+#include "core/util/error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <regex>
+#include <set>
+
+namespace kvscope::experiments {
+
+std::vector<DatasetItem> loadDataset(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw FormatError(path + ": cannot open dataset");
+    std::vector<DatasetItem> items;
+    std::set<std::string> seen;
+    std::string line;
+    for (int lineNo = 1; std::getline(in, line); ++lineNo) {
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        const std::string where = path + ":" + std::to_string(lineNo);
+        nlohmann::json j;
+        try {
+            j = nlohmann::json::parse(line);
+        } catch (const nlohmann::json::exception&) {
+            throw FormatError(where + ": not a JSON object");
+        }
+        DatasetItem item;
+        try {
+            if (!j.contains("id")) throw FormatError(where + ": field 'id' is missing");
+            item.id = j["id"].is_string() ? j["id"].get<std::string>() : j["id"].dump();
+            if (j.contains("prompt")) item.prompt = j["prompt"].get<std::string>();
+            if (j.contains("messages"))
+                for (const auto& m : j["messages"]) item.messages.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
+            if (j.contains("prefix_ids")) item.prefixIds = j["prefix_ids"].get<std::vector<int64_t>>();
+            if (!j.contains("answer")) throw FormatError(where + ": field 'answer' is missing");
+            item.answer = j["answer"].is_string() ? j["answer"].get<std::string>() : j["answer"].dump();
+        } catch (const nlohmann::json::exception& e) {
+            throw FormatError(where + ": a field has the wrong type (" + e.what() + ")");
+        }
+        if (item.prompt.empty() && item.messages.empty() && item.prefixIds.empty())
+            throw FormatError(where + ": needs 'prompt', 'messages' or 'prefix_ids'");
+        if (!seen.insert(item.id).second) throw FormatError(where + ": duplicate id '" + item.id + "'");
+        items.push_back(std::move(item));
+    }
+    if (items.empty()) throw FormatError(path + ": dataset has no items");
+    return items;
+}
+
+std::optional<std::string> extractAnswer(const std::string& text, const std::string& method, const std::string& pattern) {
+    if (method == "last_number") {
+        static const std::regex number(R"(-?\d+(?:\.\d+)?)");
+        std::optional<std::string> last;
+        for (auto it = std::sregex_iterator(text.begin(), text.end(), number); it != std::sregex_iterator(); ++it) last = it->str();
+        return last;
+    }
+    if (method == "boxed") {
+        const auto at = text.rfind("\\boxed{");
+        if (at == std::string::npos) return std::nullopt;
+        int depth = 1;
+        for (std::size_t i = at + 7; i < text.size(); ++i) {
+            if (text[i] == '{') ++depth;
+            if (text[i] == '}' && --depth == 0) return text.substr(at + 7, i - at - 7);
+        }
+        return std::nullopt;
+    }
+    const std::regex re(pattern);
+    std::optional<std::string> last;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator(); ++it)
+        last = it->size() > 1 ? (*it)[1].str() : it->str();
+    return last;
+}
+
+bool answersMatch(const std::string& extracted, const std::string& gold) {
+    auto trim = [](std::string s) {
+        s.erase(0, s.find_first_not_of(" \t\n\""));
+        s.erase(s.find_last_not_of(" \t\n\"") + 1);
+        return s;
+    };
+    const std::string a = trim(extracted), b = trim(gold);
+    try {
+        std::size_t ua = 0, ub = 0;
+        const double x = std::stod(a, &ua), y = std::stod(b, &ub);
+        if (ua == a.size() && ub == b.size()) return x == y;
+    } catch (const std::exception&) {
+    }
+    return a == b;
+}
+
+}  // namespace kvscope::experiments

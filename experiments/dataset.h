@@ -1,0 +1,30 @@
+#pragma once
+// Dataset items (JSONL, one object per line): "id", "prompt" or "messages" ([{role, content}]),
+// "answer"; optional "prefix_ids" (integer ids used as the prompt, bypassing the tokenizer).
+#include "core/text/chat_template.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kvscope::experiments {
+
+struct DatasetItem {
+    std::string id;
+    std::string prompt;                  // used when messages is empty
+    std::vector<ChatMessage> messages;
+    std::string answer;
+    std::vector<int64_t> prefixIds;      // non-empty: the prompt as ids
+};
+
+// Throws FormatError naming the file, line and field. Ids must be unique.
+std::vector<DatasetItem> loadDataset(const std::string& path);
+
+// Answer extraction: "last_number" (last integer or decimal in the text), "boxed" (content of the
+// last \boxed{...}, braces balanced), "regex" (first capture group of the last match, or the match).
+std::optional<std::string> extractAnswer(const std::string& text, const std::string& method, const std::string& regex = "");
+// Numbers compare numerically ("47" == "47.0"), everything else as trimmed strings.
+bool answersMatch(const std::string& extracted, const std::string& gold);
+
+}  // namespace kvscope::experiments

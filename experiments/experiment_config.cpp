@@ -1,0 +1,220 @@
+#include "experiments/experiment_config.h"
+
+#include "core/model/test_model.h"
+#include "core/util/error.h"
+
+#include <toml++/toml.h>
+
+#include <filesystem>
+
+namespace kvscope::experiments {
+namespace fs = std::filesystem;
+
+const std::vector<std::string>& allProtocols() {
+    static const std::vector<std::string> names = {"matched", "fixed_prefix_2x2", "bridge", "audit", "transplant", "localize"};
+    return names;
+}
+
+namespace {
+
+// Reads one TOML table, remembering which keys were used so the rest can be reported as unknown.
+class Table {
+public:
+    Table(const toml::table* t, std::string where, std::string file) : t_(t), where_(std::move(where)), file_(std::move(file)) {}
+
+    template <typename T>
+    void read(const char* key, T& out) {
+        used_.insert(key);
+        if (!t_ || !t_->contains(key)) return;
+        auto v = (*t_)[key].value<T>();
+        if (!v) fail(key, "has the wrong type");
+        out = *v;
+    }
+    void readStrings(const char* key, std::vector<std::string>& out) {
+        used_.insert(key);
+        if (!t_ || !t_->contains(key)) return;
+        const toml::array* arr = (*t_)[key].as_array();
+        if (!arr) fail(key, "must be an array of strings");
+        out.clear();
+        for (const auto& e : *arr) {
+            auto s = e.value<std::string>();
+            if (!s) fail(key, "must be an array of strings");
+            out.push_back(*s);
+        }
+    }
+    void rejectUnknown() const {
+        if (!t_) return;
+        for (const auto& [key, value] : *t_)
+            if (!used_.count(std::string(key.str())) && !value.is_table())
+                throw ConfigError(file_ + ": unknown key '" + where_ + std::string(key.str()) + "'");
+    }
+    [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+        throw ConfigError(file_ + ": key '" + where_ + key + "' " + what);
+    }
+
+private:
+    const toml::table* t_;
+    std::string where_, file_;
+    std::set<std::string> used_;
+};
+
+void requireOneOf(const std::string& file, const std::string& key, const std::string& value, std::set<std::string> allowed) {
+    if (allowed.count(value)) return;
+    std::string list;
+    for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+    throw ConfigError(file + ": key '" + key + "' is '" + value + "' (expected one of " + list + ")");
+}
+
+std::string resolve(const fs::path& base, const std::string& p) {
+    return fs::weakly_canonical(fs::path(p).is_absolute() ? fs::path(p) : base / p).string();
+}
+
+}  // namespace
+
+ExperimentConfig ExperimentConfig::load(const std::string& path) {
+    toml::table root;
+    try {
+        root = toml::parse_file(path);
+    } catch (const toml::parse_error& e) {
+        throw ConfigError(path + ": " + std::string(e.description()) + " (line " +
+                          std::to_string(e.source().begin.line) + ")");
+    }
+    ExperimentConfig c;
+    c.sourcePath = fs::weakly_canonical(path).string();
+    c.protocols = {allProtocols().begin(), allProtocols().end()};
+    const fs::path base = fs::path(c.sourcePath).parent_path();
+
+    if (const toml::table* m = root["model"].as_table())
+        for (const auto& [key, value] : *m)
+            if (value.is_table() && key.str() != "generate")
+                throw ConfigError(path + ": unknown section [model." + std::string(key.str()) + "]");
+    static const std::set<std::string> sections = {"model", "dataset", "generation", "boundary", "answer", "protocols", "transplant"};
+    for (const auto& [key, value] : root)
+        if (value.is_table() && !sections.count(std::string(key.str())))
+            throw ConfigError(path + ": unknown section [" + std::string(key.str()) + "]");
+    Table top(&root, "", path);
+    top.read("name", c.name);
+    top.rejectUnknown();
+    if (c.name.empty()) c.name = fs::path(path).stem().string();
+
+    Table model(root["model"].as_table(), "model.", path);
+    model.read("dir", c.modelDir);
+    model.readStrings("dtypes", c.dtypes);
+    model.read("device", c.device);
+    int64_t threads = 0;
+    model.read("threads", threads);
+    c.threads = static_cast<int>(threads);
+    model.rejectUnknown();
+    if (const toml::table* g = root["model"]["generate"].as_table()) {
+        Table gen(g, "model.generate.", path);
+        std::string arch = "qwen2";
+        int64_t seed = 0, hidden = 64, layers = 2, heads = 4, kvHeads = 2, intermediate = 128;
+        gen.read("arch", arch);
+        gen.read("seed", seed);
+        gen.read("hidden_size", hidden);
+        gen.read("layers", layers);
+        gen.read("heads", heads);
+        gen.read("kv_heads", kvHeads);
+        gen.read("intermediate_size", intermediate);
+        gen.rejectUnknown();
+        requireOneOf(path, "model.generate.arch", arch, {"qwen2", "llama", "qwen3"});
+        c.generateModel = true;
+        c.generateSpec = {{"arch", arch}, {"seed", seed}, {"hidden_size", hidden}, {"layers", layers},
+                          {"heads", heads}, {"kv_heads", kvHeads}, {"intermediate_size", intermediate}};
+    }
+    if (c.modelDir.empty()) model.fail("dir", "is required");
+    c.modelDir = resolve(base, c.modelDir);
+    if (c.dtypes.empty()) model.fail("dtypes", "must name at least one dtype");
+    for (const auto& d : c.dtypes) requireOneOf(path, "model.dtypes", d, {"fp32", "bf16", "fp16"});
+
+    Table data(root["dataset"].as_table(), "dataset.", path);
+    data.read("path", c.datasetPath);
+    data.read("chat_template", c.chatTemplate);
+    data.rejectUnknown();
+    if (c.datasetPath.empty()) data.fail("path", "is required");
+    c.datasetPath = resolve(base, c.datasetPath);
+    requireOneOf(path, "dataset.chat_template", c.chatTemplate, {"plain", "chatml", "llama3"});
+
+    Table gen(root["generation"].as_table(), "generation.", path);
+    gen.read("max_new_tokens", c.maxNewTokens);
+    gen.readStrings("stop", c.stopStrings);
+    gen.read("ignore_eos", c.ignoreEos);
+    gen.read("temperature", c.sampling.temperature);
+    gen.read("top_k", c.sampling.topK);
+    gen.read("top_p", c.sampling.topP);
+    int64_t seed = 0;
+    gen.read("seed", seed);
+    c.sampling.seed = static_cast<std::uint64_t>(seed);
+    gen.rejectUnknown();
+    if (c.maxNewTokens <= 0) gen.fail("max_new_tokens", "must be positive");
+
+    Table boundary(root["boundary"].as_table(), "boundary.", path);
+    boundary.read("rule", c.boundaryRule);
+    boundary.read("marker", c.boundaryMarker);
+    boundary.read("offset", c.boundaryOffset);
+    boundary.read("fraction", c.boundaryFraction);
+    boundary.rejectUnknown();
+    requireOneOf(path, "boundary.rule", c.boundaryRule, {"marker", "offset", "fraction"});
+    if (c.boundaryRule == "fraction" && (c.boundaryFraction <= 0 || c.boundaryFraction >= 1))
+        boundary.fail("fraction", "must be strictly between 0 and 1");
+
+    Table answer(root["answer"].as_table(), "answer.", path);
+    answer.read("extract", c.answerExtract);
+    answer.read("regex", c.answerRegex);
+    answer.rejectUnknown();
+    requireOneOf(path, "answer.extract", c.answerExtract, {"last_number", "regex", "boxed"});
+    if (c.answerExtract == "regex" && c.answerRegex.empty()) answer.fail("regex", "is required when extract = \"regex\"");
+
+    Table protocols(root["protocols"].as_table(), "protocols.", path);
+    std::vector<std::string> run(allProtocols());
+    protocols.readStrings("run", run);
+    protocols.rejectUnknown();
+    c.protocols.clear();
+    for (const auto& p : run) {
+        requireOneOf(path, "protocols.run", p, {allProtocols().begin(), allProtocols().end()});
+        c.protocols.insert(p);
+    }
+
+    Table transplant(root["transplant"].as_table(), "transplant.", path);
+    transplant.read("layers", c.transplantLayers);
+    transplant.read("kv", c.transplantKv);
+    transplant.read("selection", c.transplantSelection);
+    transplant.read("sample_fraction", c.transplantSampleFraction);
+    int64_t tseed = 0;
+    transplant.read("seed", tseed);
+    c.transplantSeed = static_cast<std::uint64_t>(tseed);
+    transplant.rejectUnknown();
+    requireOneOf(path, "transplant.kv", c.transplantKv, {"k", "v", "kv"});
+    requireOneOf(path, "transplant.selection", c.transplantSelection, {"all", "sample"});
+    return c;
+}
+
+void ExperimentConfig::generateModelIfMissing() const {
+    if (!generateModel || fs::exists(fs::path(modelDir) / "config.json")) return;
+    TestModelSpec spec;
+    const std::string arch = generateSpec["arch"];
+    spec.architecture = arch == "llama" ? Architecture::Llama : arch == "qwen3" ? Architecture::Qwen3 : Architecture::Qwen2;
+    spec.seed = generateSpec["seed"].get<std::uint64_t>();
+    spec.hiddenSize = generateSpec["hidden_size"];
+    spec.numLayers = generateSpec["layers"];
+    spec.numHeads = generateSpec["heads"];
+    spec.numKvHeads = generateSpec["kv_heads"];
+    spec.intermediateSize = generateSpec["intermediate_size"];
+    writeTestModel(spec, modelDir);
+}
+
+nlohmann::json ExperimentConfig::toJson() const {
+    return {{"name", name},
+            {"source", sourcePath},
+            {"model", {{"dir", modelDir}, {"dtypes", dtypes}, {"device", device}, {"generate", generateModel ? generateSpec : nlohmann::json(nullptr)}}},
+            {"dataset", {{"path", datasetPath}, {"chat_template", chatTemplate}}},
+            {"generation", {{"max_new_tokens", maxNewTokens}, {"stop", stopStrings}, {"ignore_eos", ignoreEos}, {"temperature", sampling.temperature},
+                            {"top_k", sampling.topK}, {"top_p", sampling.topP}, {"seed", sampling.seed}}},
+            {"boundary", {{"rule", boundaryRule}, {"marker", boundaryMarker}, {"offset", boundaryOffset}, {"fraction", boundaryFraction}}},
+            {"answer", {{"extract", answerExtract}, {"regex", answerRegex}}},
+            {"protocols", std::vector<std::string>(protocols.begin(), protocols.end())},
+            {"transplant", {{"layers", transplantLayers}, {"kv", transplantKv}, {"selection", transplantSelection},
+                            {"sample_fraction", transplantSampleFraction}, {"seed", transplantSeed}}}};
+}
+
+}  // namespace kvscope::experiments

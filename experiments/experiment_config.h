@@ -1,0 +1,62 @@
+#pragma once
+// An experiment file (TOML), resolved: every path absolute, every default filled in. Unknown keys
+// anywhere are errors (a typo must not silently change a study).
+//
+//   name = "smoke"
+//   [model]      dir, dtypes = ["bf16"] (first = main precision), device = "cpu", threads = 0
+//   [model.generate]  arch, seed, hidden_size, layers, heads, kv_heads, intermediate_size: when
+//                present and `dir` has no config.json, a deterministic test model is written there
+//   [dataset]    path (JSONL: id, prompt | messages, answer, optional prefix_ids), chat_template
+//   [generation] max_new_tokens, stop = [...], ignore_eos = false, temperature, top_k, top_p, seed
+//   [boundary]   rule = "marker" | "offset" | "fraction", marker, offset, fraction
+//   [answer]     extract = "last_number" | "regex" | "boxed", regex
+//   [protocols]  run = ["matched", "fixed_prefix_2x2", "bridge", "audit", "transplant", "localize"]
+//   [transplant] layers = "all", kv = "kv", selection = "all" | "sample", sample_fraction, seed
+#include "core/decode/sampler.h"
+
+#include <nlohmann/json.hpp>
+
+#include <set>
+#include <string>
+#include <vector>
+
+namespace kvscope::experiments {
+
+struct ExperimentConfig {
+    std::string name;
+    std::string sourcePath;              // the .toml file
+    std::string modelDir;
+    std::vector<std::string> dtypes = {"bf16"};
+    std::string device = "cpu";
+    int threads = 0;
+    bool generateModel = false;          // [model.generate] present
+    nlohmann::json generateSpec;         // its keys, for the manifest
+    std::string datasetPath;
+    std::string chatTemplate = "plain";
+    int64_t maxNewTokens = 64;
+    std::vector<std::string> stopStrings;
+    bool ignoreEos = false;
+    SamplingParams sampling;
+    std::string boundaryRule = "marker";
+    std::string boundaryMarker = "\nAnswer:";
+    int64_t boundaryOffset = 16;
+    double boundaryFraction = 0.5;
+    std::string answerExtract = "last_number";
+    std::string answerRegex;
+    std::set<std::string> protocols;
+    std::string transplantLayers = "all";
+    std::string transplantKv = "kv";
+    std::string transplantSelection = "all";
+    double transplantSampleFraction = 1.0;
+    std::uint64_t transplantSeed = 0;
+
+    static ExperimentConfig load(const std::string& path);  // throws ConfigError naming file and key
+    // Writes the [model.generate] test model into modelDir unless it already holds one.
+    void generateModelIfMissing() const;
+    bool runs(const std::string& protocol) const { return protocols.count(protocol) != 0; }
+    nlohmann::json toJson() const;  // the resolved configuration, for the manifest
+};
+
+const std::vector<std::string>& allProtocols();
+
+}  // namespace kvscope::experiments

@@ -1,0 +1,231 @@
+#include "experiments/ledger.h"
+
+#include "core/util/error.h"
+
+#include <sqlite3.h>
+
+#include <chrono>
+#include <ctime>
+
+namespace kvscope::experiments {
+namespace {
+
+// A prepared statement with RAII and typed binds.
+class Statement {
+public:
+    Statement(sqlite3* db, const std::string& sql, const std::string& path) : path_(path) {
+        if (sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt_, nullptr) != SQLITE_OK)
+            throw FormatError(path + ": SQL error (" + sqlite3_errmsg(db) + ") in: " + sql);
+    }
+    ~Statement() { sqlite3_finalize(stmt_); }
+    Statement& bind(int i, const std::string& s) {
+        sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+        return *this;
+    }
+    Statement& bind(int i, int64_t v) {
+        sqlite3_bind_int64(stmt_, i, v);
+        return *this;
+    }
+    Statement& bind(int i, double v) {
+        sqlite3_bind_double(stmt_, i, v);
+        return *this;
+    }
+    Statement& bindIds(int i, const std::vector<int64_t>& ids) {
+        sqlite3_bind_blob(stmt_, i, ids.data(), static_cast<int>(ids.size() * sizeof(int64_t)), SQLITE_TRANSIENT);
+        return *this;
+    }
+    bool step() {
+        const int rc = sqlite3_step(stmt_);
+        if (rc == SQLITE_ROW) return true;
+        if (rc == SQLITE_DONE) return false;
+        throw FormatError(path_ + ": SQLite error " + std::string(sqlite3_errmsg(sqlite3_db_handle(stmt_))));
+    }
+    std::string text(int col) const {
+        auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, col));
+        return p ? std::string(p, static_cast<std::size_t>(sqlite3_column_bytes(stmt_, col))) : std::string();
+    }
+    int64_t integer(int col) const { return sqlite3_column_int64(stmt_, col); }
+    double real(int col) const { return sqlite3_column_double(stmt_, col); }
+    std::vector<int64_t> ids(int col) const {
+        const auto* p = static_cast<const int64_t*>(sqlite3_column_blob(stmt_, col));
+        const auto n = static_cast<std::size_t>(sqlite3_column_bytes(stmt_, col)) / sizeof(int64_t);
+        return p ? std::vector<int64_t>(p, p + n) : std::vector<int64_t>();
+    }
+
+private:
+    sqlite3_stmt* stmt_ = nullptr;
+    std::string path_;
+};
+
+const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs(run_id TEXT PRIMARY KEY, manifest TEXT NOT NULL, created TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS items(run_id TEXT NOT NULL, item_id TEXT NOT NULL, item_index INTEGER NOT NULL,
+  status TEXT NOT NULL, seconds REAL NOT NULL, tokens INTEGER NOT NULL, PRIMARY KEY(run_id, item_id));
+CREATE TABLE IF NOT EXISTS results(run_id TEXT NOT NULL, item_id TEXT NOT NULL, protocol TEXT NOT NULL,
+  data TEXT NOT NULL, PRIMARY KEY(run_id, item_id, protocol));
+CREATE TABLE IF NOT EXISTS trajectories(run_id TEXT NOT NULL, item_id TEXT NOT NULL, name TEXT NOT NULL,
+  ids BLOB NOT NULL, PRIMARY KEY(run_id, item_id, name));
+CREATE TABLE IF NOT EXISTS fingerprints(run_id TEXT NOT NULL, item_id TEXT NOT NULL, name TEXT NOT NULL,
+  value TEXT NOT NULL, PRIMARY KEY(run_id, item_id, name));
+)sql";
+
+std::string nowUtc() {
+    const std::time_t t = std::time(nullptr);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+    return buf;
+}
+
+}  // namespace
+
+Ledger::Ledger(const std::string& path) : path_(path) {
+    if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
+        const std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
+        sqlite3_close(db_);
+        db_ = nullptr;
+        throw FormatError(path + ": cannot open ledger (" + msg + ")");
+    }
+    sqlite3_busy_timeout(db_, 10000);
+    try {
+        exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
+        exec(kSchema);
+    } catch (const FormatError&) {
+        sqlite3_close(db_);
+        db_ = nullptr;
+        throw FormatError(path + ": not a kvscope ledger (not a SQLite database, or unreadable)");
+    }
+    Statement get(db_, "SELECT value FROM meta WHERE key='schema_version'", path_);
+    if (!get.step()) {
+        Statement(db_, "INSERT INTO meta(key, value) VALUES('schema_version', ?)", path_).bind(1, std::to_string(kSchemaVersion)).step();
+        return;
+    }
+    const std::string version = get.text(0);
+    if (version != std::to_string(kSchemaVersion)) {
+        sqlite3_close(db_);
+        db_ = nullptr;
+        throw FormatError(path + ": ledger schema version " + version + " is not supported by this kvscope (expects " +
+                          std::to_string(kSchemaVersion) + ")");
+    }
+}
+
+Ledger::~Ledger() {
+    if (db_) sqlite3_close(db_);
+}
+
+void Ledger::exec(const std::string& sql) const {
+    char* err = nullptr;
+    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+        const std::string msg = err ? err : "unknown error";
+        sqlite3_free(err);
+        throw FormatError(path_ + ": SQLite error: " + msg);
+    }
+}
+
+std::vector<RunInfo> Ledger::runs() const {
+    std::vector<RunInfo> out;
+    Statement s(db_, "SELECT r.run_id, r.manifest, r.created, (SELECT COUNT(*) FROM items i WHERE i.run_id = r.run_id) "
+                     "FROM runs r ORDER BY r.created, r.run_id", path_);
+    while (s.step()) out.push_back({s.text(0), nlohmann::json::parse(s.text(1)), s.text(2), s.integer(3)});
+    return out;
+}
+
+bool Ledger::hasRun(const std::string& runId) const {
+    Statement s(db_, "SELECT 1 FROM runs WHERE run_id = ?", path_);
+    return s.bind(1, runId).step();
+}
+
+RunInfo Ledger::run(const std::string& runId) const {
+    for (auto& r : runs())
+        if (r.runId == runId) return r;
+    throw UsageError(path_ + ": no run '" + runId + "' in this ledger");
+}
+
+void Ledger::createRun(const std::string& runId, const nlohmann::json& manifest) {
+    Statement(db_, "INSERT INTO runs(run_id, manifest, created) VALUES(?, ?, ?)", path_)
+        .bind(1, runId).bind(2, manifest.dump()).bind(3, nowUtc()).step();
+}
+
+std::set<std::string> Ledger::finishedItems(const std::string& runId) const {
+    std::set<std::string> out;
+    Statement s(db_, "SELECT item_id FROM items WHERE run_id = ?", path_);
+    s.bind(1, runId);
+    while (s.step()) out.insert(s.text(0));
+    return out;
+}
+
+void Ledger::recordItem(const std::string& runId, const ItemRecord& item) {
+    exec("BEGIN IMMEDIATE");
+    try {
+        Statement(db_, "INSERT INTO items(run_id, item_id, item_index, status, seconds, tokens) VALUES(?,?,?,?,?,?)", path_)
+            .bind(1, runId).bind(2, item.itemId).bind(3, item.index).bind(4, item.status).bind(5, item.seconds).bind(6, item.tokens).step();
+        for (auto it = item.results.begin(); it != item.results.end(); ++it)
+            Statement(db_, "INSERT INTO results(run_id, item_id, protocol, data) VALUES(?,?,?,?)", path_)
+                .bind(1, runId).bind(2, item.itemId).bind(3, it.key()).bind(4, it.value().dump()).step();
+        for (const auto& [name, ids] : item.trajectories)
+            Statement(db_, "INSERT INTO trajectories(run_id, item_id, name, ids) VALUES(?,?,?,?)", path_)
+                .bind(1, runId).bind(2, item.itemId).bind(3, name).bindIds(4, ids).step();
+        for (const auto& [name, value] : item.fingerprints)
+            Statement(db_, "INSERT INTO fingerprints(run_id, item_id, name, value) VALUES(?,?,?,?)", path_)
+                .bind(1, runId).bind(2, item.itemId).bind(3, name).bind(4, value).step();
+        exec("COMMIT");
+    } catch (...) {
+        exec("ROLLBACK");
+        throw;
+    }
+}
+
+std::vector<ItemRecord> Ledger::items(const std::string& runId) const {
+    std::vector<ItemRecord> out;
+    std::map<std::string, std::size_t> at;
+    Statement s(db_, "SELECT item_id, item_index, status, seconds, tokens FROM items WHERE run_id = ? ORDER BY item_index", path_);
+    s.bind(1, runId);
+    while (s.step()) {
+        ItemRecord r;
+        r.itemId = s.text(0);
+        r.index = s.integer(1);
+        r.status = s.text(2);
+        r.seconds = s.real(3);
+        r.tokens = s.integer(4);
+        r.results = nlohmann::json::object();
+        at[r.itemId] = out.size();
+        out.push_back(std::move(r));
+    }
+    Statement res(db_, "SELECT item_id, protocol, data FROM results WHERE run_id = ?", path_);
+    res.bind(1, runId);
+    while (res.step()) out[at.at(res.text(0))].results[res.text(1)] = nlohmann::json::parse(res.text(2));
+    Statement tr(db_, "SELECT item_id, name, ids FROM trajectories WHERE run_id = ?", path_);
+    tr.bind(1, runId);
+    while (tr.step()) out[at.at(tr.text(0))].trajectories[tr.text(1)] = tr.ids(2);
+    Statement fp(db_, "SELECT item_id, name, value FROM fingerprints WHERE run_id = ?", path_);
+    fp.bind(1, runId);
+    while (fp.step()) out[at.at(fp.text(0))].fingerprints[fp.text(1)] = fp.text(2);
+    return out;
+}
+
+void Ledger::overwriteTrajectory(const std::string& runId, const std::string& itemId, const std::string& name,
+                                 const std::vector<int64_t>& ids) {
+    Statement(db_, "UPDATE trajectories SET ids = ? WHERE run_id = ? AND item_id = ? AND name = ?", path_)
+        .bindIds(1, ids).bind(2, runId).bind(3, itemId).bind(4, name).step();
+}
+
+void Ledger::mergeFrom(const Ledger& other) {
+    for (const RunInfo& r : other.runs()) {
+        if (!hasRun(r.runId)) createRun(r.runId, r.manifest);
+        else if (run(r.runId).manifest != r.manifest) throw UsageError("run " + r.runId + " has different manifests in the two ledgers");
+        const auto have = finishedItems(r.runId);
+        const auto mine = items(r.runId);
+        for (const ItemRecord& item : other.items(r.runId)) {
+            if (!have.count(item.itemId)) {
+                recordItem(r.runId, item);
+                continue;
+            }
+            for (const auto& existing : mine)
+                if (existing.itemId == item.itemId &&
+                    (existing.results != item.results || existing.trajectories != item.trajectories || existing.fingerprints != item.fingerprints))
+                    throw UsageError("item '" + item.itemId + "' of run " + r.runId + " differs between " + path_ + " and " + other.path());
+        }
+    }
+}
+
+}  // namespace kvscope::experiments

@@ -1,0 +1,67 @@
+#pragma once
+// The SQLite ledger: runs (identified by their frozen manifest), finished items with their
+// per-protocol results, trajectories (token id blobs), fingerprints and timings. WAL mode and one
+// transaction per finished item: a killed process loses at most the item in flight, and a resume
+// neither repeats nor skips items. The schema is versioned; an unknown version is refused.
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+struct sqlite3;
+
+namespace kvscope::experiments {
+
+struct RunInfo {
+    std::string runId;
+    nlohmann::json manifest;
+    std::string created;
+    int64_t itemsDone = 0;
+};
+
+struct ItemRecord {
+    std::string itemId;
+    int64_t index = 0;                 // position in the dataset
+    std::string status;                // "done" or "no_boundary"
+    nlohmann::json results;            // protocol name -> result object
+    std::map<std::string, std::vector<int64_t>> trajectories;
+    std::map<std::string, std::string> fingerprints;
+    double seconds = 0;
+    int64_t tokens = 0;                // tokens decoded for this item
+};
+
+class Ledger {
+public:
+    static constexpr int kSchemaVersion = 1;
+
+    explicit Ledger(const std::string& path);  // creates or opens; FormatError for a bad/newer file
+    ~Ledger();
+    Ledger(const Ledger&) = delete;
+    Ledger& operator=(const Ledger&) = delete;
+
+    const std::string& path() const { return path_; }
+    std::vector<RunInfo> runs() const;
+    bool hasRun(const std::string& runId) const;
+    RunInfo run(const std::string& runId) const;  // UsageError if absent
+    void createRun(const std::string& runId, const nlohmann::json& manifest);
+
+    std::set<std::string> finishedItems(const std::string& runId) const;
+    void recordItem(const std::string& runId, const ItemRecord& item);  // one transaction
+    std::vector<ItemRecord> items(const std::string& runId) const;      // in dataset order
+    // For tests and audits of tampering: overwrite one stored trajectory.
+    void overwriteTrajectory(const std::string& runId, const std::string& itemId, const std::string& name,
+                             const std::vector<int64_t>& ids);
+
+    // Copies every run and item of `other` into this ledger; the same item twice must be identical.
+    void mergeFrom(const Ledger& other);
+
+private:
+    void exec(const std::string& sql) const;
+    std::string path_;
+    sqlite3* db_ = nullptr;
+};
+
+}  // namespace kvscope::experiments

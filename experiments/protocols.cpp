@@ -1,0 +1,284 @@
+#include "experiments/protocols.h"
+
+#include "core/cache/cache_io.h"
+#include "core/cache/constructions.h"
+#include "core/cache/fingerprint.h"
+#include "core/cache/transplant.h"
+#include "core/util/error.h"
+
+#include <chrono>
+#include <filesystem>
+
+namespace kvscope::experiments {
+namespace {
+
+using nlohmann::json;
+
+// ---- small helpers ------------------------------------------------------------------------------
+
+std::vector<int64_t> concat(std::vector<int64_t> a, const std::vector<int64_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
+// Index of the first position where two suffixes differ (a length difference counts); -1 if equal.
+int64_t firstDivergence(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+    const std::size_t n = std::min(a.size(), b.size());
+    for (std::size_t i = 0; i < n; ++i)
+        if (a[i] != b[i]) return static_cast<int64_t>(i);
+    return a.size() == b.size() ? -1 : static_cast<int64_t>(n);
+}
+
+// Where the trace's stage boundary falls (number of generated tokens in the prefix), or 0 if the
+// trace never reaches it or nothing would be left to continue.
+int64_t boundaryIndex(const ItemContext& ctx, const std::vector<int64_t>& trace) {
+    const ExperimentConfig& c = ctx.config;
+    const auto n = static_cast<int64_t>(trace.size());
+    int64_t b = 0;
+    if (c.boundaryRule == "offset") b = c.boundaryOffset <= n ? c.boundaryOffset : 0;
+    else if (c.boundaryRule == "fraction") b = static_cast<int64_t>(c.boundaryFraction * static_cast<double>(n));
+    else
+        for (int64_t k = 1; k <= n && b == 0; ++k)  // the shortest prefix whose text contains the marker
+            if (ctx.tokenizer.decode({trace.begin(), trace.begin() + k}).find(c.boundaryMarker) != std::string::npos) b = k;
+    return (b > 0 && b < n) ? b : 0;
+}
+
+StopRules stopRules(const ItemContext& ctx, const Transformer& model, int64_t budget) {
+    StopRules s;
+    s.maxNewTokens = budget;
+    if (!ctx.config.ignoreEos) s.eosIds = model.config().eosTokenIds;
+    s.stopStrings = ctx.config.stopStrings;
+    s.detokenize = [&ctx](const std::vector<int64_t>& ids) { return ctx.tokenizer.decode(ids); };
+    return s;
+}
+
+struct Side {
+    GenerationResult suffix;
+    std::optional<std::string> answer;
+    bool correct = false;
+};
+
+Side finishSide(const ItemContext& ctx, const DatasetItem& item, const std::vector<int64_t>& tracePrefix, GenerationResult r) {
+    Side s;
+    s.answer = extractAnswer(ctx.tokenizer.decode(concat(tracePrefix, r.ids)), ctx.config.answerExtract, ctx.config.answerRegex);
+    s.correct = s.answer && answersMatch(*s.answer, item.answer);
+    s.suffix = std::move(r);
+    return s;
+}
+
+json stepJson(const GenerationResult& r, int64_t i) {
+    if (i < 0 || i >= static_cast<int64_t>(r.steps.size())) return nullptr;
+    const StepRecord& s = r.steps[static_cast<std::size_t>(i)];
+    return {{"id", s.id}, {"margin", s.margin}, {"entropy", s.entropy}, {"logprob", s.logprob}};
+}
+
+// Is item `id` in the outcome-blind transplant sample? Depends only on (seed, id).
+bool selectedForTransplant(const ExperimentConfig& c, const std::string& id) {
+    if (c.transplantSelection == "all") return true;
+    const std::string h = sha256Hex((std::to_string(c.transplantSeed) + "|" + id).data(), std::to_string(c.transplantSeed).size() + 1 + id.size());
+    return static_cast<double>(std::stoull(h.substr(0, 12), nullptr, 16)) / static_cast<double>(1ull << 48) < c.transplantSampleFraction;
+}
+
+// ---- the protocols ----------------------------------------------------------------------------
+
+struct Prefix {
+    std::vector<int64_t> prompt, trace, ids;  // ids = prompt + trace[0:B]
+    int64_t boundary = 0, budget = 0;         // budget: tokens left to continue
+};
+
+json runMatched(const ItemContext& ctx, const DatasetItem& item, const Prefix& p, const Side& live, const Side& prefill) {
+    const Transformer& m = ctx.model(ctx.config.dtypes.front());
+    const std::vector<int64_t> generated(p.trace.begin(), p.trace.begin() + p.boundary);
+    const StopRules stops = stopRules(ctx, m, p.budget);
+    // Replicas: the same inputs from scratch must give the same tokens.
+    const GenerationResult liveAgain = continueFrom(m, buildLiveCache(m, p.prompt, p.boundary, ctx.config.sampling), ctx.config.sampling, stops);
+    const GenerationResult prefillAgain = continueFrom(
+        m, buildCache(m, p.ids, Construction::parse("prefill"), static_cast<int64_t>(p.prompt.size())), ctx.config.sampling, stops);
+    const int64_t div = firstDivergence(live.suffix.ids, prefill.suffix.ids);
+    return {{"suffix_equal", div < 0},
+            {"first_divergence", div < 0 ? json(nullptr) : json(div)},
+            {"at_divergence", {{"live", stepJson(live.suffix, div)}, {"prefill", stepJson(prefill.suffix, div)}}},
+            {"replica_live_exact", liveAgain.ids == live.suffix.ids},
+            {"replica_prefill_exact", prefillAgain.ids == prefill.suffix.ids},
+            {"answer_live", live.answer ? json(*live.answer) : json(nullptr)},
+            {"answer_prefill", prefill.answer ? json(*prefill.answer) : json(nullptr)},
+            {"correct_live", live.correct},
+            {"correct_prefill", prefill.correct},
+            {"suffix_length_live", live.suffix.ids.size()},
+            {"suffix_length_prefill", prefill.suffix.ids.size()},
+            {"margins_live", [&] {
+                 std::vector<double> m;
+                 for (const auto& step : live.suffix.steps) m.push_back(step.margin);
+                 return m;
+             }()}};
+}
+
+json runFixedPrefix2x2(const ItemContext& ctx, const Prefix& p) {
+    json out;
+    const auto P = static_cast<int64_t>(p.prompt.size());
+    for (const char* dtype : {"bf16", "fp32"}) {
+        const Transformer& m = ctx.model(dtype);
+        const StopRules stops = stopRules(ctx, m, p.budget);
+        const auto inc = continueFrom(m, buildCache(m, p.ids, Construction::parse("incremental"), P), ctx.config.sampling, stops);
+        const auto pre = continueFrom(m, buildCache(m, p.ids, Construction::parse("prefill"), P), ctx.config.sampling, stops);
+        const int64_t div = firstDivergence(inc.ids, pre.ids);
+        out[dtype] = {{"disagree", div >= 0}, {"first_divergence", div < 0 ? json(nullptr) : json(div)}};
+    }
+    return out;
+}
+
+json runTransplant(const ItemContext& ctx, const Prefix& p, const KvCache& live, const KvCache& prefill,
+                   const Side& liveSide, const Side& prefillSide) {
+    const Transformer& m = ctx.model(ctx.config.dtypes.front());
+    TransplantSpec spec;
+    spec.layers = TransplantSpec::parseLayers(ctx.config.transplantLayers, live.numLayers());
+    spec.parseKv(ctx.config.transplantKv);
+    const StopRules stops = stopRules(ctx, m, p.budget);
+    const auto intoPrefill = continueFrom(m, transplant(prefill, live, spec), ctx.config.sampling, stops).ids;
+    const auto intoLive = continueFrom(m, transplant(live, prefill, spec), ctx.config.sampling, stops).ids;
+    return {{"layers", ctx.config.transplantLayers},
+            {"kv", ctx.config.transplantKv},
+            {"prefill_from_live", {{"follows_donor", intoPrefill == liveSide.suffix.ids}, {"follows_recipient", intoPrefill == prefillSide.suffix.ids}}},
+            {"live_from_prefill", {{"follows_donor", intoLive == prefillSide.suffix.ids}, {"follows_recipient", intoLive == liveSide.suffix.ids}}}};
+}
+
+// Smallest contiguous layer range [lo, hi) whose transplant (prefill <- live) reproduces the live
+// suffix, by bisection on hi then lo, then K alone and V alone on that range.
+json runLocalize(const ItemContext& ctx, const Prefix& p, const KvCache& live, const KvCache& prefill, const Side& liveSide) {
+    const Transformer& m = ctx.model(ctx.config.dtypes.front());
+    const StopRules stops = stopRules(ctx, m, p.budget);
+    int tests = 0;
+    auto follows = [&](int64_t lo, int64_t hi, const char* kv) {
+        ++tests;
+        TransplantSpec spec;
+        for (int64_t l = lo; l < hi; ++l) spec.layers.push_back(l);
+        spec.parseKv(kv);
+        return continueFrom(m, transplant(prefill, live, spec), ctx.config.sampling, stops).ids == liveSide.suffix.ids;
+    };
+    const int64_t L = live.numLayers();
+    if (!follows(0, L, "kv")) return {{"found", false}, {"tests", tests}};
+    int64_t lo = 0, hi = L;
+    for (int64_t a = 1, b = L; a < b;) {  // smallest hi with [0, hi) sufficient
+        const int64_t mid = (a + b) / 2;
+        if (follows(0, mid, "kv")) b = mid;
+        else a = mid + 1;
+        hi = b;
+    }
+    for (int64_t a = 0, b = hi - 1; a < b;) {  // largest lo with [lo, hi) sufficient
+        const int64_t mid = (a + b + 1) / 2;
+        if (follows(mid, hi, "kv")) a = mid;
+        else b = mid - 1;
+        lo = a;
+    }
+    std::string kv = "kv";
+    if (follows(lo, hi, "k")) kv = "k";
+    else if (follows(lo, hi, "v")) kv = "v";
+    std::vector<int64_t> layers;
+    for (int64_t l = lo; l < hi; ++l) layers.push_back(l);
+    return {{"found", true}, {"layers", layers}, {"kv", kv}, {"tests", tests}};
+}
+
+}  // namespace
+
+std::vector<int64_t> promptIdsFor(const ItemContext& ctx, const DatasetItem& item) {
+    if (!item.prefixIds.empty()) return item.prefixIds;
+    const ChatTemplate t = parseChatTemplate(ctx.config.chatTemplate);
+    std::vector<ChatMessage> messages = item.messages;
+    if (messages.empty()) messages.push_back({"user", item.prompt});
+    if (t == ChatTemplate::Plain) return ctx.tokenizer.encode(applyChatTemplate(t, messages), true);
+    return ctx.tokenizer.encode(applyChatTemplate(t, messages), false);
+}
+
+ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t index) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const ExperimentConfig& c = ctx.config;
+    const Transformer& m = ctx.model(c.dtypes.front());
+    ItemRecord rec;
+    rec.itemId = item.id;
+    rec.index = index;
+    rec.results = json::object();
+
+    Prefix p;
+    p.prompt = promptIdsFor(ctx, item);
+    const GenerationResult trace = Generator(m).generate(p.prompt, c.sampling, stopRules(ctx, m, c.maxNewTokens));
+    p.trace = trace.ids;
+    p.boundary = boundaryIndex(ctx, p.trace);
+    rec.trajectories["prompt"] = p.prompt;
+    rec.trajectories["trace"] = p.trace;
+    rec.results["trace"] = {{"length", p.trace.size()}, {"stop_reason", stopReasonName(trace.stopReason)},
+                            {"boundary", p.boundary ? json(p.boundary) : json(nullptr)}};
+    rec.tokens = static_cast<int64_t>(p.trace.size());
+    if (p.boundary == 0) {
+        rec.status = "no_boundary";
+        rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        return rec;
+    }
+    rec.status = "done";
+    p.ids = concat(p.prompt, {p.trace.begin(), p.trace.begin() + p.boundary});
+    p.budget = c.maxNewTokens - p.boundary;
+    const auto P = static_cast<int64_t>(p.prompt.size());
+    const std::vector<int64_t> generated(p.trace.begin(), p.trace.begin() + p.boundary);
+
+    const KvCache live = buildLiveCache(m, p.prompt, p.boundary, c.sampling);
+    const KvCache prefill = buildCache(m, p.ids, Construction::parse("prefill"), P);
+    const StopRules stops = stopRules(ctx, m, p.budget);
+    const Side liveSide = finishSide(ctx, item, generated, continueFrom(m, live, c.sampling, stops));
+    const Side prefillSide = finishSide(ctx, item, generated, continueFrom(m, prefill, c.sampling, stops));
+    rec.trajectories["suffix_live"] = liveSide.suffix.ids;
+    rec.trajectories["suffix_prefill"] = prefillSide.suffix.ids;
+    rec.fingerprints["live_cache"] = fingerprintCache(live).overall;
+    rec.fingerprints["prefill_cache"] = fingerprintCache(prefill).overall;
+    rec.tokens += static_cast<int64_t>(liveSide.suffix.ids.size() + prefillSide.suffix.ids.size() + p.boundary);
+    const bool divergent = liveSide.suffix.ids != prefillSide.suffix.ids;
+
+    if (c.runs("matched")) rec.results["matched"] = runMatched(ctx, item, p, liveSide, prefillSide);
+    if (c.runs("bridge")) {
+        const KvCache inc = buildCache(m, p.ids, Construction::parse("incremental"), P);
+        rec.results["bridge"] = {{"exact", fingerprintCache(inc).overall == rec.fingerprints["live_cache"]}};
+    }
+    if (c.runs("fixed_prefix_2x2")) rec.results["fixed_prefix_2x2"] = runFixedPrefix2x2(ctx, p);
+    if (c.runs("transplant") && divergent && selectedForTransplant(c, item.id))
+        rec.results["transplant"] = runTransplant(ctx, p, live, prefill, liveSide, prefillSide);
+    if (c.runs("localize") && divergent) rec.results["localize"] = runLocalize(ctx, p, live, prefill, liveSide);
+    // One fingerprint over everything compared, so an audit can check the comparison as a whole.
+    const std::string comparison = rec.results.dump() + json(rec.trajectories).dump();
+    rec.fingerprints["comparison"] = sha256Hex(comparison.data(), comparison.size());
+    if (!ctx.keepCachesDir.empty()) {
+        std::filesystem::create_directories(ctx.keepCachesDir);
+        for (const auto& [name, cache] : {std::pair<const char*, const KvCache*>{"live", &live}, {"prefill", &prefill}}) {
+            const std::string path = (std::filesystem::path(ctx.keepCachesDir) / (item.id + "." + name + ".safetensors")).string();
+            saveCache(*cache, path);
+            rec.results["caches"][name] = path;
+        }
+    }
+    if (c.runs("audit")) {
+        const auto mismatches = auditItem(ctx, item, rec);
+        rec.results["audit"] = {{"reproduced", mismatches.empty()}, {"mismatches", mismatches}};
+    }
+    rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return rec;
+}
+
+std::vector<std::string> auditItem(const ItemContext& ctx, const DatasetItem& item, const ItemRecord& stored) {
+    ExperimentConfig replayConfig = ctx.config;
+    replayConfig.protocols.erase("audit");
+    ItemContext replayCtx{replayConfig, ctx.tokenizer, ctx.model, ""};
+    const ItemRecord again = runItem(replayCtx, item, stored.index);
+    std::vector<std::string> mismatches;
+    for (const auto& [name, ids] : stored.trajectories) {
+        auto it = again.trajectories.find(name);
+        if (it == again.trajectories.end()) {
+            mismatches.push_back("trajectory '" + name + "' was not produced by the replay");
+            continue;
+        }
+        const int64_t at = firstDivergence(ids, it->second);
+        if (at >= 0) mismatches.push_back("trajectory '" + name + "' differs at token " + std::to_string(at));
+    }
+    for (const auto& [name, value] : stored.fingerprints) {
+        auto it = again.fingerprints.find(name);
+        if (it == again.fingerprints.end() || it->second != value) mismatches.push_back("fingerprint '" + name + "' differs");
+    }
+    return mismatches;
+}
+
+}  // namespace kvscope::experiments

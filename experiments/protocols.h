@@ -1,0 +1,44 @@
+#pragma once
+// One dataset item through the selected protocols (see docs/ARCHITECTURE.md for the data flow):
+//
+//   prompt ids --decode (greedy or seeded)--> trace ; boundary B in the trace
+//   prefix = prompt + trace[0:B]  (integer ids, never re-tokenized)
+//   live    = the cache a decode retains at B        -> continue = suffix A   (+ replica A')
+//   prefill = one forward over the prefix            -> continue = suffix Bc  (+ replica Bc')
+//   bridge: incremental:P rebuild == live, bit for bit?
+//   fixed_prefix_2x2: incremental vs prefill suffixes, in bf16 and in fp32
+//   transplant: all (or chosen) layers both ways; does each continuation follow its cache donor?
+//   localize: the smallest layer range (then K vs V) whose transplant makes prefill follow live
+//   audit: the item replayed from scratch; every id and fingerprint compared
+#include "experiments/dataset.h"
+#include "experiments/experiment_config.h"
+#include "experiments/ledger.h"
+
+#include "core/model/transformer.h"
+#include "core/text/tokenizer.h"
+
+#include <functional>
+#include <map>
+#include <string>
+
+namespace kvscope::experiments {
+
+struct ItemContext {
+    const ExperimentConfig& config;
+    const Tokenizer& tokenizer;
+    // dtype name -> model; holds the main dtype (config.dtypes[0]) and, for fixed_prefix_2x2,
+    // both "bf16" and "fp32".
+    std::function<const Transformer&(const std::string& dtype)> model;
+    std::string keepCachesDir;  // non-empty: save live and prefill caches there
+};
+
+// Runs every selected protocol for one item and returns what the ledger stores.
+ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t index);
+
+// Replays `item` from scratch and compares with `stored`: returns one line per mismatch (which
+// trajectory or fingerprint, and where), empty when everything was reproduced.
+std::vector<std::string> auditItem(const ItemContext& ctx, const DatasetItem& item, const ItemRecord& stored);
+
+std::vector<int64_t> promptIdsFor(const ItemContext& ctx, const DatasetItem& item);
+
+}  // namespace kvscope::experiments

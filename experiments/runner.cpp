@@ -1,0 +1,112 @@
+#include "experiments/runner.h"
+
+#include "experiments/dataset.h"
+#include "experiments/ledger.h"
+#include "experiments/manifest.h"
+#include "experiments/protocols.h"
+
+#include "core/model/transformer.h"
+#include "core/util/error.h"
+#include "core/util/threads.h"
+
+#include <chrono>
+#include <set>
+
+namespace kvscope::experiments {
+
+const Transformer& ModelPool::get(const std::string& dtype) {
+    for (const auto& [name, model] : loaded_)
+        if (name == dtype) return *model;
+    loaded_.emplace_back(dtype, std::make_shared<Transformer>(Transformer::load(dir_, parseDtype(dtype), parseDevice(device_))));
+    return *loaded_.back().second;
+}
+
+namespace {
+
+// The run this invocation continues or starts; refuses changed inputs unless a new run is asked for.
+std::string openRun(Ledger& ledger, const nlohmann::json& manifest, bool newRun, bool& resumed) {
+    const std::string runId = runIdOf(manifest);
+    if (ledger.hasRun(runId)) {
+        resumed = true;
+        return runId;
+    }
+    const auto& name = manifest["identity"]["config"]["name"];
+    for (const RunInfo& r : ledger.runs())
+        if (r.manifest["identity"]["config"]["name"] == name && !newRun)
+            throw UsageError(ledger.path() + " holds run " + r.runId + " of experiment '" + name.get<std::string>() +
+                             "' whose inputs differ (" + describeManifestChange(r.manifest, manifest) +
+                             "); pass --new-run to start a new run");
+    ledger.createRun(runId, manifest);
+    resumed = false;
+    return runId;
+}
+
+std::vector<std::size_t> selectItems(const std::vector<DatasetItem>& items, const RunOptions& o, const std::set<std::string>& done,
+                                     int64_t& alreadyDone) {
+    std::set<std::string> wanted(o.onlyItems.begin(), o.onlyItems.end());
+    for (const auto& id : wanted) {
+        bool found = false;
+        for (const auto& item : items) found = found || item.id == id;
+        if (!found) throw UsageError("--items: no item '" + id + "' in the dataset");
+    }
+    std::vector<std::size_t> out;
+    alreadyDone = 0;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+        if (static_cast<int>(i % static_cast<std::size_t>(o.shardCount)) != o.shardIndex) continue;
+        if (!wanted.empty() && !wanted.count(items[i].id)) continue;
+        if (o.limit >= 0 && static_cast<int64_t>(out.size()) + alreadyDone >= o.limit) break;
+        if (done.count(items[i].id)) ++alreadyDone;
+        else out.push_back(i);
+    }
+    return out;
+}
+
+}  // namespace
+
+RunSummary runExperiment(const ExperimentConfig& config, const RunOptions& o,
+                         const std::function<void(const RunProgress&)>& onProgress, const std::atomic<bool>& stopRequested) {
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
+    if (o.shardCount < 1 || o.shardIndex < 0 || o.shardIndex >= o.shardCount) throw UsageError("--shard must be I/N with 0 <= I < N");
+    configureThreads(o.threads >= 0 ? o.threads : config.threads);
+    config.generateModelIfMissing();
+    const auto items = loadDataset(config.datasetPath);
+    const nlohmann::json manifest = buildManifest(config);  // hashes every input before anything runs
+    Ledger ledger(o.ledgerPath);
+    RunSummary summary;
+    summary.runId = openRun(ledger, manifest, o.newRun, summary.resumed);
+    const auto todo = selectItems(items, o, ledger.finishedItems(summary.runId), summary.alreadyDone);
+    summary.selected = static_cast<int64_t>(todo.size()) + summary.alreadyDone;
+
+    ModelPool models(config.modelDir, config.device);
+    const Tokenizer tokenizer = Tokenizer::fromModelDir(config.modelDir);
+    ItemContext ctx{config, tokenizer, [&](const std::string& d) -> const Transformer& { return models.get(d); }, o.keepCachesDir};
+
+    RunProgress progress;
+    progress.total = static_cast<int64_t>(todo.size());
+    int64_t tokens = 0;
+    for (std::size_t k = 0; k < todo.size(); ++k) {
+        if (stopRequested.load()) {
+            summary.interrupted = true;
+            break;
+        }
+        const DatasetItem& item = items[todo[k]];
+        progress.currentItem = item.id;
+        progress.lastStatus.clear();  // "starting": a terminal shows it, a log waits for the result
+        onProgress(progress);
+        const ItemRecord rec = runItem(ctx, item, static_cast<int64_t>(todo[k]));
+        ledger.recordItem(summary.runId, rec);
+        tokens += rec.tokens;
+        ++summary.ran;
+        const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+        progress.done = summary.ran;
+        progress.tokensPerSecond = elapsed > 0 ? static_cast<double>(tokens) / elapsed : 0;
+        progress.etaSeconds = elapsed / static_cast<double>(summary.ran) * static_cast<double>(progress.total - summary.ran);
+        progress.lastStatus = rec.status;
+        onProgress(progress);
+    }
+    summary.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    return summary;
+}
+
+}  // namespace kvscope::experiments

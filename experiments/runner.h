@@ -1,0 +1,57 @@
+#pragma once
+// A whole batch: resolve the manifest, find or create the run in the ledger, then run each item
+// not yet finished (respecting --limit, --items and --shard) and record it in one transaction.
+// Progress goes to a callback; a stop request is honoured between items.
+#include "experiments/experiment_config.h"
+
+#include "core/model/transformer.h"
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kvscope::experiments {
+
+struct RunOptions {
+    std::string ledgerPath;
+    bool newRun = false;                 // allow a new run when the inputs changed
+    int64_t limit = -1;                  // at most this many items (of those selected), -1: all
+    std::vector<std::string> onlyItems;  // empty: every item
+    int shardIndex = 0, shardCount = 1;  // items whose dataset index % count == index
+    std::string keepCachesDir;
+    int threads = -1;                    // -1: the experiment file's setting
+};
+
+struct RunProgress {
+    int64_t done = 0, total = 0;         // of the items this invocation will run
+    std::string currentItem;
+    double tokensPerSecond = 0;
+    double etaSeconds = 0;
+    std::string lastStatus;              // status of the item that just finished
+};
+
+struct RunSummary {
+    std::string runId;
+    bool resumed = false;
+    int64_t ran = 0, alreadyDone = 0, selected = 0;
+    bool interrupted = false;
+    double seconds = 0;
+};
+
+RunSummary runExperiment(const ExperimentConfig& config, const RunOptions& options,
+                         const std::function<void(const RunProgress&)>& onProgress, const std::atomic<bool>& stopRequested);
+
+// Loads models lazily by dtype name, so a run only pays for the precisions it uses.
+class ModelPool {
+public:
+    ModelPool(std::string dir, std::string device) : dir_(std::move(dir)), device_(std::move(device)) {}
+    const Transformer& get(const std::string& dtype);
+
+private:
+    std::string dir_, device_;
+    std::vector<std::pair<std::string, std::shared_ptr<Transformer>>> loaded_;
+};
+
+}  // namespace kvscope::experiments

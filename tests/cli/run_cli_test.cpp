@@ -1,0 +1,200 @@
+// `kvscope run / report / audit / ledger merge` end to end, including kill -9 and resume.
+#include "experiments/ledger.h"
+#include "support/test_support.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+namespace kvscope {
+namespace {
+
+using test::runCli;
+using test::shellQuote;
+
+// An experiment over the arithmetic dataset with a generated 4-layer model (the smoke settings),
+// written into `dir`. Items 03 and 07 split in bf16 on this model, so transplant and localize run.
+std::string writeExperiment(const test::TempDir& dir, const std::string& protocols, const std::string& extra = "") {
+    std::filesystem::copy_file(test::testDataDir() + "/../../experiments/data/arith12.jsonl", dir.file("arith12.jsonl"),
+                               std::filesystem::copy_options::overwrite_existing);
+    const std::string path = dir.file("exp.toml");
+    test::writeTextFile(path, "name = \"cli-test\"\n"
+                              "[model]\ndir = \"model\"\ndtypes = [\"bf16\"]\n"
+                              "[model.generate]\narch = \"qwen2\"\nseed = 3\nhidden_size = 128\nlayers = 4\nheads = 4\n"
+                              "kv_heads = 2\nintermediate_size = 256\n"
+                              "[dataset]\npath = \"arith12.jsonl\"\n"
+                              "[generation]\nmax_new_tokens = 64\nignore_eos = true\n"
+                              "[boundary]\nrule = \"fraction\"\nfraction = 0.5\n"
+                              "[protocols]\nrun = [" + protocols + "]\n" + extra);
+    return shellQuote(path);
+}
+
+nlohmann::json reportJson(const std::string& ledger) {
+    auto r = runCli("report " + shellQuote(ledger) + " --format json");
+    EXPECT_EQ(r.exitCode, 0) << r.err;
+    return nlohmann::json::parse(r.out);
+}
+
+const char* kAll = "\"matched\", \"fixed_prefix_2x2\", \"bridge\", \"audit\", \"transplant\", \"localize\"";
+
+TEST(RunCli, EveryProtocolEndToEndAndTheReportKeys) {
+    test::TempDir dir;
+    const std::string db = dir.file("r.db");
+    auto r = runCli("run " + writeExperiment(dir, kAll) + " --ledger " + shellQuote(db) + " --items arith-00,arith-03,arith-05,arith-07");
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    EXPECT_NE(r.err.find("4 items run"), std::string::npos) << r.err;
+    const auto j = reportJson(db);
+    EXPECT_EQ(j["matched"]["n"], 4);
+    for (const char* key : {"suffix_differ", "label_differ", "accuracy_live", "accuracy_prefill", "accuracy_diff",
+                            "accuracy_diff_ci", "mcnemar_p", "replicas_exact"})
+        EXPECT_TRUE(j["matched"].contains(key)) << key;
+    EXPECT_EQ(j["matched"]["replicas_exact"]["live"], 4);
+    EXPECT_EQ(j["matched"]["replicas_exact"]["prefill"], 4);
+    EXPECT_GE(j["matched"]["suffix_differ"].get<int>(), 1) << "no bf16 divergence: transplant and localize untested";
+    EXPECT_EQ(j["bridge"]["n"], 4);
+    EXPECT_EQ(j["bridge"]["exact"], 4);
+    EXPECT_EQ(j["audit"]["reproduced"], 4);
+    EXPECT_EQ(j["fixed_prefix_2x2"]["fp32"]["n"], 4);
+    EXPECT_EQ(j["fixed_prefix_2x2"]["fp32"]["disagree"], 0);
+    EXPECT_TRUE(j["fixed_prefix_2x2"]["fp32"].contains("wilson_upper"));
+    EXPECT_EQ(j["transplant"]["n"].get<int>(), 2 * j["matched"]["suffix_differ"].get<int>());
+    EXPECT_EQ(j["transplant"]["follows_donor"], j["transplant"]["n"]);
+    EXPECT_EQ(j["localize"]["n"], j["matched"]["suffix_differ"]);
+    EXPECT_FALSE(j["localize"]["layers_needed"].empty());
+
+    // Files written by --out, and a clean audit across processes.
+    ASSERT_EQ(runCli("report " + shellQuote(db) + " --out " + shellQuote(dir.file("out"))).exitCode, 0);
+    for (const char* f : {"report.md", "report.json", "items.csv"}) EXPECT_TRUE(std::filesystem::exists(dir.file(std::string("out/") + f))) << f;
+    auto audit = runCli("audit " + shellQuote(db));
+    EXPECT_EQ(audit.exitCode, 0) << audit.out << audit.err;
+    EXPECT_NE(audit.out.find("4/4 items reproduced"), std::string::npos) << audit.out;
+}
+
+TEST(RunCli, AuditDetectsATamperedRow) {
+    test::TempDir dir;
+    const std::string db = dir.file("r.db");
+    ASSERT_EQ(runCli("run " + writeExperiment(dir, "\"matched\"") + " --ledger " + shellQuote(db) + " --limit 2").exitCode, 0);
+    {
+        experiments::Ledger ledger(db);
+        const std::string run = ledger.runs().front().runId;
+        auto ids = ledger.items(run).at(1).trajectories.at("suffix_live");
+        ids.at(5) += 1;
+        ledger.overwriteTrajectory(run, "arith-01", "suffix_live", ids);
+    }
+    auto audit = runCli("audit " + shellQuote(db));
+    EXPECT_EQ(audit.exitCode, 3);
+    EXPECT_NE(audit.out.find("item arith-01: trajectory 'suffix_live' differs at token 5"), std::string::npos) << audit.out;
+    EXPECT_NE(audit.out.find("1/2 items reproduced"), std::string::npos) << audit.out;
+}
+
+TEST(RunCli, ChangedInputsAreRefusedUnlessANewRunIsAsked) {
+    test::TempDir dir;
+    const std::string db = shellQuote(dir.file("r.db"));
+    const std::string exp = writeExperiment(dir, "\"bridge\"");
+    ASSERT_EQ(runCli("run " + exp + " --ledger " + db + " --limit 1").exitCode, 0);
+    auto again = runCli("run " + exp + " --ledger " + db + " --limit 2");  // same inputs: resumes
+    ASSERT_EQ(again.exitCode, 0) << again.err;
+    EXPECT_NE(again.err.find("resumed: 1 items run, 1 already done"), std::string::npos) << again.err;
+    test::writeTextFile(dir.file("arith12.jsonl"), test::readTextFile(dir.file("arith12.jsonl")) +
+                                                       "{\"id\": \"extra\", \"prompt\": \"Q: 1 + 1?\", \"answer\": \"2\"}\n");
+    auto refused = runCli("run " + exp + " --ledger " + db + " --limit 1");
+    EXPECT_EQ(refused.exitCode, 2);
+    EXPECT_NE(refused.err.find("file dataset/arith12.jsonl changed"), std::string::npos) << refused.err;
+    EXPECT_NE(refused.err.find("--new-run"), std::string::npos);
+    ASSERT_EQ(runCli("run " + exp + " --ledger " + db + " --limit 1 --new-run").exitCode, 0);
+    EXPECT_EQ(experiments::Ledger(dir.file("r.db")).runs().size(), 2u);
+}
+
+TEST(RunCli, KilledMidRunThenResumedLosesAndRepeatsNothing) {
+    test::TempDir dir;
+    const std::string db = dir.file("r.db");
+    const std::string exp = writeExperiment(dir, "\"matched\", \"bridge\"");
+    ASSERT_EQ(runCli("run " + exp + " --ledger " + shellQuote(dir.file("reference.db")) + " --limit 6").exitCode, 0);
+
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        ::execl(KVSCOPE_CLI, KVSCOPE_CLI, "run", dir.file("exp.toml").c_str(), "--ledger", db.c_str(), "--limit", "6",
+                static_cast<char*>(nullptr));
+        ::_exit(127);
+    }
+    // Kill it (SIGKILL: no chance to clean up) once two items are committed.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    std::size_t done = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (!std::filesystem::exists(db)) continue;
+        try {
+            experiments::Ledger l(db);
+            const auto runs = l.runs();
+            if (!runs.empty()) done = l.finishedItems(runs.front().runId).size();
+        } catch (const std::exception&) {
+        }
+        if (done >= 2) break;
+    }
+    ::kill(child, SIGKILL);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    ASSERT_GE(done, 2u);
+    ASSERT_LT(done, 6u) << "the run finished before it could be killed";
+
+    auto resumed = runCli("run " + exp + " --ledger " + shellQuote(db) + " --limit 6");
+    ASSERT_EQ(resumed.exitCode, 0) << resumed.err;
+    experiments::Ledger killed(db), reference(dir.file("reference.db"));
+    const auto a = killed.items(killed.runs().front().runId), b = reference.items(reference.runs().front().runId);
+    ASSERT_EQ(a.size(), 6u);
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        EXPECT_EQ(a[i].itemId, b[i].itemId);
+        EXPECT_EQ(a[i].fingerprints, b[i].fingerprints) << a[i].itemId;
+        EXPECT_EQ(a[i].trajectories, b[i].trajectories) << a[i].itemId;
+    }
+}
+
+TEST(RunCli, InterruptFinishesTheItemAndTellsHowToResume) {
+    test::TempDir dir;
+    const std::string db = dir.file("r.db");
+    const std::string exp = writeExperiment(dir, "\"matched\"");
+    const std::string errFile = dir.file("err.txt");
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        ::execl(KVSCOPE_CLI, KVSCOPE_CLI, "run", dir.file("exp.toml").c_str(), "--ledger", db.c_str(), static_cast<char*>(nullptr));
+        ::_exit(127);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    ::kill(child, SIGINT);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 130);
+    experiments::Ledger l(db);
+    const auto done = l.finishedItems(l.runs().front().runId).size();
+    EXPECT_GE(done, 1u);
+    EXPECT_LT(done, 12u);
+    auto rest = runCli("run " + exp + " --ledger " + shellQuote(db));
+    ASSERT_EQ(rest.exitCode, 0) << rest.err;
+    EXPECT_EQ(experiments::Ledger(db).finishedItems(l.runs().front().runId).size(), 12u);
+}
+
+TEST(RunCli, ShardsMergeIntoOneRun) {
+    test::TempDir dir;
+    const std::string exp = writeExperiment(dir, "\"bridge\"");
+    for (int i = 0; i < 2; ++i)
+        ASSERT_EQ(runCli("run " + exp + " --ledger " + shellQuote(dir.file("s" + std::to_string(i) + ".db")) + " --shard " +
+                         std::to_string(i) + "/2 --limit 2").exitCode, 0);
+    auto merge = runCli("ledger merge " + shellQuote(dir.file("all.db")) + " " + shellQuote(dir.file("s0.db")) + " " + shellQuote(dir.file("s1.db")));
+    ASSERT_EQ(merge.exitCode, 0) << merge.err;
+    experiments::Ledger all(dir.file("all.db"));
+    ASSERT_EQ(all.runs().size(), 1u);
+    EXPECT_EQ(all.finishedItems(all.runs().front().runId), (std::set<std::string>{"arith-00", "arith-01", "arith-02", "arith-03"}));
+    EXPECT_EQ(reportJson(dir.file("all.db"))["bridge"]["n"], 4);
+}
+
+}  // namespace
+}  // namespace kvscope
