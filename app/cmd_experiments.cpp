@@ -101,7 +101,7 @@ void addRun(CLI::App& app) {
         if (s.interrupted) {
             std::fprintf(stderr, "kvscope run: interrupted; every finished item is recorded. Resume with: kvscope run %s --ledger %s\n",
                          o->experiment.c_str(), o->run.ledgerPath.c_str());
-            std::exit(130);
+            throw ExitStatus(130);
         }
     });
 }
@@ -171,7 +171,7 @@ void addAudit(CLI::App& app) {
             for (const auto& m : mismatches) std::cout << "item " << stored.itemId << ": " << m << "\n";
         }
         std::cout << "audit: " << reproduced << "/" << checked << " items reproduced\n";
-        if (reproduced != checked) std::exit(3);
+        if (reproduced != checked) throw ExitStatus(3);
     });
 }
 

@@ -36,6 +36,8 @@ int main(int argc, char** argv) {
         if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
         std::cerr << "kvscope: error: " << e.what() << " (see --help)\n";
         return 2;
+    } catch (const ExitStatus& e) {
+        return e.code();
     } catch (const UsageError& e) {
         std::cerr << "kvscope: error: " << e.what() << "\n";
         return 2;

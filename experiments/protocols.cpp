@@ -75,7 +75,8 @@ json stepJson(const GenerationResult& r, int64_t i) {
 // Is item `id` in the outcome-blind transplant sample? Depends only on (seed, id).
 bool selectedForTransplant(const ExperimentConfig& c, const std::string& id) {
     if (c.transplantSelection == "all") return true;
-    const std::string h = sha256Hex((std::to_string(c.transplantSeed) + "|" + id).data(), std::to_string(c.transplantSeed).size() + 1 + id.size());
+    const std::string key = std::to_string(c.transplantSeed) + "|" + id;
+    const std::string h = sha256Hex(key.data(), key.size());
     return static_cast<double>(std::stoull(h.substr(0, 12), nullptr, 16)) / static_cast<double>(1ull << 48) < c.transplantSampleFraction;
 }
 

@@ -36,4 +36,17 @@ public:
     using Error::Error;
 };
 
+// Not an error: a command finished and wants a specific exit status (an audit that found
+// mismatches, an interrupted run). main() turns it into the process exit code after unwinding,
+// so destructors (the ledger's connection) still run.
+class ExitStatus : public std::exception {
+public:
+    explicit ExitStatus(int code) : code_(code) {}
+    int code() const { return code_; }
+    const char* what() const noexcept override { return "exit status"; }
+
+private:
+    int code_;
+};
+
 }  // namespace kvscope
