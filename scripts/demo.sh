@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job on the embedded default, until the trained demo model and `kvscope demo` exist:
-# the study on one item, by hand, on a deterministic generated Qwen2-architecture model in bf16.
+# first the study on one item by hand, then every protocol as a batch with its report.
+# The one item, on a deterministic generated Qwen2-architecture model in bf16:
 #   1. decode live: prompt + 48 greedy tokens, keeping the cache
 #   2. rebuild the same integer ids as a one-shot prefill, and token by token after the prompt
 #   3. compare the caches, find the op where they first differ, and continue from each
@@ -34,3 +35,10 @@ for c in live prefill; do
   "$kvscope" continue --model "$model" --dtype bf16 --cache "$work/$c.safetensors" --max-new-tokens 24 --json \
     | sed -E 's/.*"generated_ids":\[([^]]*)\].*/\1/'
 done
+
+echo "== the whole study as a batch: every protocol over 12 items (experiments/smoke.toml)"
+ledger="$work/smoke.db"
+rm -f "$ledger" "$ledger-wal" "$ledger-shm"
+(cd "$root" && "$kvscope" run experiments/smoke.toml --ledger "$ledger")
+"$kvscope" report "$ledger" --out "$work/report"
+echo "== report files in $work/report (report.md, report.json, items.csv)"
