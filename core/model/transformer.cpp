@@ -210,7 +210,9 @@ torch::Tensor Transformer::attention(int64_t l, const torch::Tensor& x, KvCache&
     const int64_t S = x.size(0), Q = config_.numHeads, KV = config_.numKvHeads, D = config_.headDim;
     const int64_t G = Q / KV, T = start + S;
 
-    // Projections: [S, H] -> [S, heads, D]
+    // Projections: [S, H] -> [S, heads, D]. Kept as three products, like HF's three Linear modules:
+    // fusing them (tried) is faster to prefill but changes which bits depend on how many rows a
+    // GEMM has, so prompt rows of a live cache stop matching a one-shot prefill's.
     torch::Tensor q = project(x, lw.wq, lw.bq).view({S, Q, D});
     torch::Tensor k = project(x, lw.wk, lw.bk).view({S, KV, D});
     torch::Tensor v = project(x, lw.wv, lw.bv).view({S, KV, D});
