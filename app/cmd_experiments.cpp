@@ -11,6 +11,7 @@
 #include "experiments/runner.h"
 
 #include "core/util/error.h"
+#include "core/util/parse.h"
 
 #include <unistd.h>
 
@@ -56,9 +57,9 @@ void showProgress(const RunProgress& p) {
 
 std::pair<int, int> parseShard(const std::string& text) {
     const auto slash = text.find('/');
-    try {
-        if (slash != std::string::npos) return {std::stoi(text.substr(0, slash)), std::stoi(text.substr(slash + 1))};
-    } catch (const std::exception&) {
+    if (slash != std::string::npos) {
+        const auto index = parseNonNegativeInt(text.substr(0, slash)), count = parseNonNegativeInt(text.substr(slash + 1));
+        if (index && count && *index < *count && *count <= 1'000'000) return {static_cast<int>(*index), static_cast<int>(*count)};
     }
     throw UsageError("--shard must be I/N, e.g. 0/4 (got '" + text + "')");
 }

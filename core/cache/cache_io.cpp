@@ -5,6 +5,7 @@
 #include "core/model/safetensors.h"
 #include "core/model/transformer.h"
 #include "core/util/error.h"
+#include "core/util/parse.h"
 #include "core/util/version.h"
 
 #include <nlohmann/json.hpp>
@@ -22,7 +23,8 @@ void saveCache(const KvCache& cache, const std::string& path) {
         tensors.emplace_back(layerKey(l, "keys"), cache.layerKeys(l));
         tensors.emplace_back(layerKey(l, "values"), cache.layerValues(l));
     }
-    if (cache.nextLogits().defined()) tensors.emplace_back("next_logits", cache.nextLogits().to(torch::kFloat32));
+    const torch::Tensor logits = cache.nextLogits().defined() ? cache.nextLogits().to(torch::kFloat32) : torch::Tensor();
+    if (logits.defined()) tensors.emplace_back("next_logits", logits);
     const CacheFingerprint fp = fingerprintCache(cache);
     writeSafetensors(path, tensors,
                      {{"format", "kvscope-kv-cache"},
@@ -35,7 +37,7 @@ void saveCache(const KvCache& cache, const std::string& path) {
                       {"ids_fingerprint", fp.ids},
                       {"model_fingerprint", cache.modelFingerprint()},
                       {"fingerprint", fp.overall},
-                      {"next_logits_fingerprint", cache.nextLogits().defined() ? tensorFingerprint(cache.nextLogits().to(torch::kFloat32)) : ""}});
+                      {"next_logits_fingerprint", logits.defined() ? tensorFingerprint(logits) : ""}});
 }
 
 KvCache loadCache(const std::string& path, torch::Device device) {
@@ -79,7 +81,9 @@ KvCache loadCache(const std::string& path, torch::Device device) {
         cache.write(l, file.read(layerKey(l, "keys")).to(device), file.read(layerKey(l, "values")).to(device));
     cache.commit(ids);
     cache.setConstruction(field("construction"));
-    cache.setPromptLength(std::stoll(field("prompt_length")));
+    const auto promptLength = parseNonNegativeInt(field("prompt_length"));
+    if (!promptLength) throw FormatError(path + ": metadata 'prompt_length' is not a non-negative integer");
+    cache.setPromptLength(*promptLength);
     cache.setModelFingerprint(field("model_fingerprint"));
     if (file.find("next_logits")) {
         torch::Tensor logits = file.read("next_logits", torch::kFloat32);

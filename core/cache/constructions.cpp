@@ -1,6 +1,7 @@
 #include "core/cache/constructions.h"
 
 #include "core/util/error.h"
+#include "core/util/parse.h"
 
 namespace kvscope {
 
@@ -11,14 +12,9 @@ Construction Construction::parse(const std::string& text) {
     const bool hasSize = colon != std::string::npos;
     if (hasSize) {
         const std::string number = text.substr(colon + 1);
-        std::size_t used = 0;
-        try {
-            c.size = std::stoll(number, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (used == 0 || used != number.size() || c.size < 0)
-            throw UsageError("construction '" + text + "': '" + number + "' is not a non-negative integer");
+        const auto size = parseNonNegativeInt(number);
+        if (!size) throw UsageError("construction '" + text + "': '" + number + "' is not a non-negative integer");
+        c.size = *size;
     }
     if (kind == "prefill" && !hasSize) c.kind = Kind::Prefill;
     else if (kind == "live" && !hasSize) c.kind = Kind::Live;

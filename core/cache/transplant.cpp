@@ -1,6 +1,7 @@
 #include "core/cache/transplant.h"
 
 #include "core/util/error.h"
+#include "core/util/parse.h"
 
 #include <set>
 #include <sstream>
@@ -9,15 +10,9 @@ namespace kvscope {
 namespace {
 
 int64_t parseIndex(const std::string& s, const std::string& context) {
-    std::size_t used = 0;
-    long long v = -1;
-    try {
-        v = std::stoll(s, &used);
-    } catch (const std::exception&) {
-        used = 0;
-    }
-    if (used == 0 || used != s.size() || v < 0) throw UsageError(context + ": '" + s + "' is not a non-negative integer");
-    return v;
+    const auto v = parseNonNegativeInt(s);
+    if (!v) throw UsageError(context + ": '" + s + "' is not a non-negative integer");
+    return *v;
 }
 
 }  // namespace

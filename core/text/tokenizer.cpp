@@ -4,6 +4,7 @@
 #include "core/text/bpe.h"
 #include "core/text/regex.h"
 #include "core/util/error.h"
+#include "core/util/parse.h"
 
 #include <nlohmann/json.hpp>
 #include <utf8proc.h>
@@ -352,15 +353,9 @@ std::vector<int64_t> parseIdList(const std::string& text) {
         item.erase(0, item.find_first_not_of(" \t\n"));
         item.erase(item.find_last_not_of(" \t\n") + 1);
         if (item.empty()) throw UsageError("empty element in id list '" + text + "'");
-        std::size_t used = 0;
-        long long v = 0;
-        try {
-            v = std::stoll(item, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (used != item.size() || v < 0) throw UsageError("'" + item + "' in id list is not a non-negative integer");
-        ids.push_back(v);
+        const auto id = parseNonNegativeInt(item);
+        if (!id) throw UsageError("'" + item + "' in id list is not a non-negative integer");
+        ids.push_back(*id);
     }
     if (ids.empty()) throw UsageError("id list is empty");
     return ids;
