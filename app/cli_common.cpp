@@ -2,11 +2,52 @@
 
 #include "core/util/threads.h"
 
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <thread>
 
 namespace kvscope::cli {
+
+namespace {
+std::atomic<bool> gStopRequested{false};
+extern "C" void onInterrupt(int) { gStopRequested.store(true); }
+}  // namespace
+
+void installInterruptHandler() {
+    std::signal(SIGINT, onInterrupt);
+    std::signal(SIGTERM, onInterrupt);
+}
+
+const std::atomic<bool>& stopRequested() { return gStopRequested; }
+
+std::string formatSeconds(double s) {
+    char buf[32];
+    const int total = static_cast<int>(s + 0.5);
+    std::snprintf(buf, sizeof buf, "%d:%02d:%02d", total / 3600, total / 60 % 60, total % 60);
+    return buf;
+}
+
+// A one-line progress bar on a terminal, plain log lines elsewhere (CI logs, Slurm output).
+void showRunProgress(const experiments::RunProgress& p) {
+    static const bool terminal = ::isatty(STDERR_FILENO);
+    const double fraction = p.total ? static_cast<double>(p.done) / static_cast<double>(p.total) : 1.0;
+    if (terminal) {
+        const int width = 30, filled = static_cast<int>(fraction * width);
+        std::fprintf(stderr, "\r[%s%s] %lld/%lld  item %-12s %7.1f tok/s  ETA %s ", std::string(filled, '#').c_str(),
+                     std::string(width - filled, '.').c_str(), static_cast<long long>(p.done), static_cast<long long>(p.total),
+                     p.currentItem.c_str(), p.tokensPerSecond, formatSeconds(p.etaSeconds).c_str());
+        if (p.done == p.total && p.total > 0) std::fprintf(stderr, "\n");
+    } else if (!p.lastStatus.empty() && p.done > 0) {
+        std::fprintf(stderr, "kvscope run: %lld/%lld item %s %s (%.1f tok/s, ETA %s)\n", static_cast<long long>(p.done),
+                     static_cast<long long>(p.total), p.currentItem.c_str(), p.lastStatus.c_str(), p.tokensPerSecond,
+                     formatSeconds(p.etaSeconds).c_str());
+    }
+    std::fflush(stderr);
+}
 
 void addThreadsOption(CLI::App* cmd, int& threads) {
     cmd->add_option("--threads", threads, "Intra-op threads (default: all cores)")->check(CLI::NonNegativeNumber);

@@ -4,10 +4,12 @@
 #include "core/decode/generator.h"
 #include "core/model/transformer.h"
 #include "core/text/tokenizer.h"
+#include "experiments/runner.h"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,6 +40,13 @@ void addThreadsOption(CLI::App* cmd, int& threads);
 void applyThreads(int threads);  // libtorch defaults to one intra-op thread here unless told
 Transformer loadModel(const ModelOptions& options);
 
+// Ctrl-C / SIGTERM set a flag that long work polls between items or steps.
+void installInterruptHandler();
+const std::atomic<bool>& stopRequested();
+std::string formatSeconds(double seconds);  // H:MM:SS
+// A one-line progress bar on a terminal, plain log lines elsewhere (CI logs, Slurm output).
+void showRunProgress(const experiments::RunProgress& progress);
+
 nlohmann::json stepToJson(const StepRecord& step);
 nlohmann::json generationToJson(const std::vector<int64_t>& promptIds, const GenerationResult& result,
                                 const std::string& text);
@@ -49,5 +58,6 @@ void addMakeTestModelCommand(CLI::App& app);
 void addBenchCommand(CLI::App& app);
 void addCacheCommands(CLI::App& app);  // cache build/info/diff/transplant/locate, continue
 void addExperimentCommands(CLI::App& app);  // run, report, audit, ledger merge
+void addDemoCommands(CLI::App& app);        // train-demo-model, demo
 
 }  // namespace kvscope::cli

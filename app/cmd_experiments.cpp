@@ -13,10 +13,7 @@
 #include "core/util/error.h"
 #include "core/util/parse.h"
 
-#include <unistd.h>
 
-#include <atomic>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -26,34 +23,6 @@ namespace kvscope::cli {
 namespace {
 
 using namespace kvscope::experiments;
-
-std::atomic<bool> gStopRequested{false};
-extern "C" void onInterrupt(int) { gStopRequested.store(true); }
-
-std::string formatSeconds(double s) {
-    char buf[32];
-    const int total = static_cast<int>(s + 0.5);
-    std::snprintf(buf, sizeof buf, "%d:%02d:%02d", total / 3600, total / 60 % 60, total % 60);
-    return buf;
-}
-
-// A one-line progress bar on a terminal, plain log lines elsewhere (CI logs, Slurm output).
-void showProgress(const RunProgress& p) {
-    static const bool terminal = ::isatty(STDERR_FILENO);
-    const double fraction = p.total ? static_cast<double>(p.done) / static_cast<double>(p.total) : 1.0;
-    if (terminal) {
-        const int width = 30, filled = static_cast<int>(fraction * width);
-        std::fprintf(stderr, "\r[%s%s] %lld/%lld  item %-12s %7.1f tok/s  ETA %s ", std::string(filled, '#').c_str(),
-                     std::string(width - filled, '.').c_str(), static_cast<long long>(p.done), static_cast<long long>(p.total),
-                     p.currentItem.c_str(), p.tokensPerSecond, formatSeconds(p.etaSeconds).c_str());
-        if (p.done == p.total && p.total > 0) std::fprintf(stderr, "\n");
-    } else if (!p.lastStatus.empty() && p.done > 0) {
-        std::fprintf(stderr, "kvscope run: %lld/%lld item %s %s (%.1f tok/s, ETA %s)\n", static_cast<long long>(p.done),
-                     static_cast<long long>(p.total), p.currentItem.c_str(), p.lastStatus.c_str(), p.tokensPerSecond,
-                     formatSeconds(p.etaSeconds).c_str());
-    }
-    std::fflush(stderr);
-}
 
 std::pair<int, int> parseShard(const std::string& text) {
     const auto slash = text.find('/');
@@ -93,9 +62,8 @@ void addRun(CLI::App& app) {
             for (std::string id; std::getline(ss, id, ',');) o->run.onlyItems.push_back(id);
         }
         if (!o->shard.empty()) std::tie(o->run.shardIndex, o->run.shardCount) = parseShard(o->shard);
-        std::signal(SIGINT, onInterrupt);
-        std::signal(SIGTERM, onInterrupt);
-        const RunSummary s = runExperiment(config, o->run, showProgress, gStopRequested);
+        installInterruptHandler();
+        const RunSummary s = runExperiment(config, o->run, showRunProgress, stopRequested());
         std::fprintf(stderr, "kvscope run: run %s %s: %lld items run, %lld already done, %lld selected, %.1f s\n", s.runId.c_str(),
                      s.resumed ? "resumed" : "started", static_cast<long long>(s.ran), static_cast<long long>(s.alreadyDone),
                      static_cast<long long>(s.selected), s.seconds);

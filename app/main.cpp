@@ -24,10 +24,11 @@ int main(int argc, char** argv) {
     cli::addBenchCommand(app);
     cli::addCacheCommands(app);
     cli::addExperimentCommands(app);
+    cli::addDemoCommands(app);
 
     if (argc > 1 && argv[1][0] != '-' && app.get_subcommands([&](CLI::App* c) { return c->get_name() == argv[1]; }).empty()) {
         std::cerr << "kvscope: error: unknown command '" << argv[1]
-                  << "' (commands: generate, tokenize, detokenize, make-test-model, bench, cache, continue, run, report, audit, ledger; see --help)\n";
+                  << "' (commands: generate, tokenize, detokenize, make-test-model, bench, cache, continue, run, report, audit, ledger, train-demo-model, demo; see --help)\n";
         return 2;
     }
     try {
@@ -41,6 +42,9 @@ int main(int argc, char** argv) {
     } catch (const UsageError& e) {
         std::cerr << "kvscope: error: " << e.what() << "\n";
         return 2;
+    } catch (const Cancelled& e) {
+        std::cerr << "kvscope: " << e.what() << "\n";
+        return 130;
     } catch (const Error& e) {
         std::cerr << "kvscope: error: " << e.what() << "\n";
         return 1;

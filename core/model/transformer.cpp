@@ -9,6 +9,7 @@
 #include "core/model/checkpoint.h"
 #include "core/util/error.h"
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 
@@ -66,9 +67,11 @@ torch::Tensor ropeInverseFrequencies(const ModelConfig& c) {
 }
 
 torch::Tensor applyRope(const torch::Tensor& x, const torch::Tensor& invFreq, int64_t start) {
-    // x: [heads, S, D]   invFreq: [D/2] fp32
-    const int64_t S = x.size(1);
-    torch::Tensor positions = torch::arange(start, start + S, invFreq.options());        // [S]
+    return applyRopeAt(x, invFreq, torch::arange(start, start + x.size(1), invFreq.options()));
+}
+
+torch::Tensor applyRopeAt(const torch::Tensor& x, const torch::Tensor& invFreq, const torch::Tensor& positions) {
+    // x: [heads, S, D]   invFreq: [D/2] fp32   positions: [S] fp32
     torch::Tensor freqs = torch::outer(positions, invFreq);                              // [S, D/2]
     torch::Tensor angles = torch::cat({freqs, freqs}, -1);                               // [S, D]
     torch::Tensor cos = angles.cos().to(x.scalar_type());                                // [S, D]
@@ -131,62 +134,119 @@ Transformer Transformer::load(const std::string& dir, torch::ScalarType dtype, t
     if (report) report->unusedTensors = unused;
 
     const ModelConfig& c = ck.config();
-    auto get = [&](const std::string& name) { return ck.read(name, dtype).to(device); };
     Weights w;
-    w.embed = get("model.embed_tokens.weight");
+    for (auto& [name, slot] : hfWeightSlots(c, w)) *slot = ck.read(name, dtype).to(device);
+    w.lmHead = c.tieWordEmbeddings ? w.embed : ck.read("lm_head.weight", dtype).to(device);
+    return Transformer(c, std::move(w), dtype, device);
+}
+
+std::vector<std::pair<std::string, torch::Tensor*>> hfWeightSlots(const ModelConfig& c, Weights& w) {
+    w.layers.resize(static_cast<std::size_t>(c.numLayers));
+    std::vector<std::pair<std::string, torch::Tensor*>> slots = {{"model.embed_tokens.weight", &w.embed}};
     for (int64_t l = 0; l < c.numLayers; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
-        LayerWeights lw;
-        lw.inputNorm = get(p + "input_layernorm.weight");
-        lw.wq = get(p + "self_attn.q_proj.weight");
-        lw.wk = get(p + "self_attn.k_proj.weight");
-        lw.wv = get(p + "self_attn.v_proj.weight");
-        if (c.attentionBias) {
-            lw.bq = get(p + "self_attn.q_proj.bias");
-            lw.bk = get(p + "self_attn.k_proj.bias");
-            lw.bv = get(p + "self_attn.v_proj.bias");
-        }
-        if (c.qkNorm) {
-            lw.qNorm = get(p + "self_attn.q_norm.weight");
-            lw.kNorm = get(p + "self_attn.k_norm.weight");
-        }
-        lw.wo = get(p + "self_attn.o_proj.weight");
-        lw.postNorm = get(p + "post_attention_layernorm.weight");
-        lw.wGate = get(p + "mlp.gate_proj.weight");
-        lw.wUp = get(p + "mlp.up_proj.weight");
-        lw.wDown = get(p + "mlp.down_proj.weight");
-        w.layers.push_back(std::move(lw));
+        LayerWeights& lw = w.layers[static_cast<std::size_t>(l)];
+        slots.insert(slots.end(), {{p + "input_layernorm.weight", &lw.inputNorm},
+                                   {p + "self_attn.q_proj.weight", &lw.wq},
+                                   {p + "self_attn.k_proj.weight", &lw.wk},
+                                   {p + "self_attn.v_proj.weight", &lw.wv}});
+        if (c.attentionBias)
+            slots.insert(slots.end(), {{p + "self_attn.q_proj.bias", &lw.bq},
+                                       {p + "self_attn.k_proj.bias", &lw.bk},
+                                       {p + "self_attn.v_proj.bias", &lw.bv}});
+        if (c.qkNorm)
+            slots.insert(slots.end(), {{p + "self_attn.q_norm.weight", &lw.qNorm}, {p + "self_attn.k_norm.weight", &lw.kNorm}});
+        slots.insert(slots.end(), {{p + "self_attn.o_proj.weight", &lw.wo},
+                                   {p + "post_attention_layernorm.weight", &lw.postNorm},
+                                   {p + "mlp.gate_proj.weight", &lw.wGate},
+                                   {p + "mlp.up_proj.weight", &lw.wUp},
+                                   {p + "mlp.down_proj.weight", &lw.wDown}});
     }
-    w.finalNorm = get("model.norm.weight");
-    w.lmHead = c.tieWordEmbeddings ? w.embed : get("lm_head.weight");
-    return Transformer(c, std::move(w), dtype, device);
+    slots.emplace_back("model.norm.weight", &w.finalNorm);
+    return slots;
 }
 
 // ---- the forward pass ---------------------------------------------------------------------------
 
-torch::Tensor Transformer::forward(const std::vector<int64_t>& ids, KvCache& cache, Logits which,
-                                   ForwardObserver* observer) const {
+// Where the S new rows of a forward sit. Inference: positions [start, start+S) after a cache that
+// they extend, causal mask. Training: packed sequences with their own positions and a block-causal
+// mask, no cache.
+struct Transformer::Span {
+    int64_t start = 0;          // keys before the new rows (the cache length), 0 when packed
+    torch::Tensor positions;    // [S] fp32 rotary positions
+    torch::Tensor hidden;       // [S, start+S] bool, true = masked; undefined when S == 1
+    KvCache* cache = nullptr;   // appended to and read back; null: attend to the new rows only
+};
+
+void Transformer::checkIds(const std::vector<int64_t>& ids) const {
     if (ids.empty()) throw UsageError("forward() needs at least one token id");
-    if (cache.numLayers() != config_.numLayers || cache.dtype() != dtype_ || cache.numKvHeads() != config_.numKvHeads)
-        throw UsageError("KV cache does not belong to this model (layers, KV heads or dtype differ)");
     for (int64_t id : ids)
         if (id < 0 || id >= config_.vocabSize)
             throw UsageError("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                              std::to_string(config_.vocabSize) + ")");
+}
+
+torch::Tensor Transformer::forward(const std::vector<int64_t>& ids, KvCache& cache, Logits which,
+                                   ForwardObserver* observer) const {
+    checkIds(ids);
+    if (cache.numLayers() != config_.numLayers || cache.dtype() != dtype_ || cache.numKvHeads() != config_.numKvHeads)
+        throw UsageError("KV cache does not belong to this model (layers, KV heads or dtype differ)");
     const int64_t start = cache.length();
     const int64_t S = static_cast<int64_t>(ids.size());
     cache.reserve(start + S);
 
+    Span span;
+    span.start = start;
+    span.positions = torch::arange(start, start + S, invFreq_.options());                  // [S]
+    if (S > 1)  // causal: the query at position start+i sees keys [0, start+i]
+        span.hidden = torch::ones({S, start + S}, torch::TensorOptions().dtype(torch::kBool).device(device_))
+                          .triu(start + 1);                                               // [S, T]
+    span.cache = &cache;
+
     torch::Tensor tokens = torch::tensor(ids, torch::TensorOptions().dtype(torch::kInt64)).to(device_);  // [S]
     torch::Tensor x = torch::embedding(weights_.embed, tokens);                           // [S, H]
     observe(observer, -1, "embedding", x);
+    x = blocks(x, span, observer);                                                        // [S, H]
+    cache.commit(ids);
+    if (which == Logits::Last) x = x.narrow(0, S - 1, 1);                                 // [1, H]
+    return head(x, observer);                                                             // [S or 1, V]
+}
 
+torch::Tensor Transformer::forwardPacked(const std::vector<int64_t>& ids,
+                                         const std::vector<int64_t>& sequenceStarts) const {
+    checkIds(ids);
+    const int64_t S = static_cast<int64_t>(ids.size());
+    if (sequenceStarts.empty() || sequenceStarts.front() != 0 ||
+        !std::is_sorted(sequenceStarts.begin(), sequenceStarts.end()) || sequenceStarts.back() >= S)
+        throw UsageError("forwardPacked(): sequence starts must begin at 0, increase, and lie inside the ids");
+    // segment[i] = which sequence row i belongs to; position = offset inside it.
+    std::vector<int64_t> segment(S), position(S);
+    for (std::size_t k = 0; k < sequenceStarts.size(); ++k) {
+        const int64_t end = k + 1 < sequenceStarts.size() ? sequenceStarts[k + 1] : S;
+        for (int64_t i = sequenceStarts[k]; i < end; ++i) {
+            segment[i] = static_cast<int64_t>(k);
+            position[i] = i - sequenceStarts[k];
+        }
+    }
+    auto onDevice = torch::TensorOptions().dtype(torch::kInt64);
+    torch::Tensor seg = torch::tensor(segment, onDevice).to(device_);                     // [S]
+    Span span;
+    span.positions = torch::tensor(position, onDevice).to(device_).to(torch::kFloat32);   // [S]
+    torch::Tensor later = torch::ones({S, S}, torch::TensorOptions().dtype(torch::kBool).device(device_)).triu(1);
+    span.hidden = later.logical_or(seg.unsqueeze(1) != seg.unsqueeze(0));                 // [S, S]
+
+    torch::Tensor tokens = torch::tensor(ids, onDevice).to(device_);                      // [S]
+    torch::Tensor x = torch::embedding(weights_.embed, tokens);                           // [S, H]
+    return head(blocks(x, span, nullptr), nullptr);                                       // [S, V]
+}
+
+torch::Tensor Transformer::blocks(torch::Tensor x, const Span& span, ForwardObserver* observer) const {
     for (int64_t l = 0; l < config_.numLayers; ++l) {
         const LayerWeights& lw = weights_.layers[l];
         // Pre-norm attention block with residual.
         torch::Tensor h = rmsNorm(x, lw.inputNorm);                                       // [S, H]
         observe(observer, l, "input_norm", h);
-        x = x + attention(l, h, cache, start, observer);                                  // [S, H]
+        x = x + attention(l, h, span, observer);                                          // [S, H]
         observe(observer, l, "attn_residual", x);
         // Pre-norm MLP block with residual.
         h = rmsNorm(x, lw.postNorm);                                                      // [S, H]
@@ -194,21 +254,22 @@ torch::Tensor Transformer::forward(const std::vector<int64_t>& ids, KvCache& cac
         x = x + mlp(l, h, observer);                                                      // [S, H]
         observe(observer, l, "mlp_residual", x);
     }
-    cache.commit(ids);
+    return x;
+}
 
-    if (which == Logits::Last) x = x.narrow(0, S - 1, 1);                                 // [1, H]
-    x = rmsNorm(x, weights_.finalNorm);
+torch::Tensor Transformer::head(torch::Tensor x, ForwardObserver* observer) const {
+    x = rmsNorm(x, weights_.finalNorm);                                                   // [S, H]
     observe(observer, -1, "final_norm", x);
-    torch::Tensor logits = project(x, weights_.lmHead).to(torch::kFloat32);                 // [S or 1, V]
+    torch::Tensor logits = project(x, weights_.lmHead).to(torch::kFloat32);               // [S, V]
     observe(observer, -1, "logits", logits);
     return logits;
 }
 
-torch::Tensor Transformer::attention(int64_t l, const torch::Tensor& x, KvCache& cache, int64_t start,
+torch::Tensor Transformer::attention(int64_t l, const torch::Tensor& x, const Span& span,
                                      ForwardObserver* observer) const {
     const LayerWeights& lw = weights_.layers[l];
     const int64_t S = x.size(0), Q = config_.numHeads, KV = config_.numKvHeads, D = config_.headDim;
-    const int64_t G = Q / KV, T = start + S;
+    const int64_t G = Q / KV, T = span.start + S;
 
     // Projections: [S, H] -> [S, heads, D]. Kept as three products, like HF's three Linear modules:
     // fusing them (tried) is faster to prefill but changes which bits depend on how many rows a
@@ -225,35 +286,34 @@ torch::Tensor Transformer::attention(int64_t l, const torch::Tensor& x, KvCache&
         observe(observer, l, "q_norm", q);
         observe(observer, l, "k_norm", k);
     }
-    // Heads first, then rotary position embedding at absolute positions [start, T).
-    q = applyRope(q.transpose(0, 1), invFreq_, start);                                    // [Q, S, D]
-    k = applyRope(k.transpose(0, 1), invFreq_, start);                                    // [KV, S, D]
+    // Heads first, then rotary position embedding at the rows' absolute positions.
+    q = applyRopeAt(q.transpose(0, 1), invFreq_, span.positions);                         // [Q, S, D]
+    k = applyRopeAt(k.transpose(0, 1), invFreq_, span.positions);                         // [KV, S, D]
     v = v.transpose(0, 1);                                                                // [KV, S, D]
     observe(observer, l, "rope_q", q, 1);
     observe(observer, l, "rope_k", k, 1);
 
     // Append to the cache and read the whole history back (views, no copy).
-    cache.write(l, k, v);
-    torch::Tensor keys = cache.keys(l, T);                                                // [KV, T, D]
-    torch::Tensor values = cache.values(l, T);                                            // [KV, T, D]
+    torch::Tensor keys = k, values = v;                                                   // [KV, T, D]
+    if (span.cache) {
+        span.cache->write(l, k, v);
+        keys = span.cache->keys(l, T);
+        values = span.cache->values(l, T);
+    }
 
     // Grouped-query attention without repeating K/V: query head h uses KV head h / G, so the G query
     // heads of one group are stacked along the row axis and share one matmul with their KV head.
     torch::Tensor qg = q.reshape({KV, G * S, D});                                         // [KV, G*S, D]
     torch::Tensor scores = torch::matmul(qg, keys.transpose(1, 2)) * (1.0 / std::sqrt(static_cast<double>(D)));
     scores = scores.view({KV, G, S, T});                                                  // [KV, G, S, T]
-    if (S > 1) {  // causal mask: query at position start+i sees keys [0, start+i]
-        torch::Tensor mask = torch::ones({S, T}, torch::TensorOptions().dtype(torch::kBool).device(device_))
-                                 .triu(start + 1);                                        // [S, T] true = hidden
-        scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
-    }
+    if (span.hidden.defined()) scores = scores.masked_fill(span.hidden, -std::numeric_limits<float>::infinity());
     observe(observer, l, "scores", scores, 2);
     torch::Tensor probs = torch::softmax(scores, -1, torch::kFloat32).to(x.scalar_type()); // [KV, G, S, T]
     observe(observer, l, "softmax", probs, 2);
     torch::Tensor out = torch::matmul(probs.view({KV, G * S, T}), values);                // [KV, G*S, D]
     out = out.view({Q, S, D}).transpose(0, 1).reshape({S, Q * D});                        // [S, Q*D]
     observe(observer, l, "attn_output", out);
-    torch::Tensor projected = project(out, lw.wo);                                  // [S, H]
+    torch::Tensor projected = project(out, lw.wo);                                        // [S, H]
     observe(observer, l, "o_proj", projected);
     return projected;
 }

@@ -1,7 +1,8 @@
 #pragma once
 // The decoder-only transformer shared by Qwen2 / Qwen2.5, Llama 2/3 and Qwen3, with Hugging Face
 // semantics (see transformer.cpp, which reads top to bottom). Batch size is always 1: a sequence is
-// a list of integer token ids and activations are [seq, hidden].
+// a list of integer token ids and activations are [seq, hidden]. Training packs several sequences
+// into that one row instead (forwardPacked), so there is no second copy of the model for it.
 #include "core/cache/kv_cache.h"
 #include "core/model/config.h"
 
@@ -70,9 +71,18 @@ public:
     torch::Tensor forward(const std::vector<int64_t>& ids, KvCache& cache, Logits which = Logits::Last,
                           ForwardObserver* observer = nullptr) const;
 
+    // Training: independent sequences packed into one row. Sequence k occupies
+    // ids[sequenceStarts[k], sequenceStarts[k+1]), attends only to itself and is rotated from
+    // position 0, exactly as if it ran alone from an empty cache. Keeps no cache; returns fp32 logits
+    // [S, vocab] that autograd can differentiate when the weights require grad.
+    torch::Tensor forwardPacked(const std::vector<int64_t>& ids, const std::vector<int64_t>& sequenceStarts) const;
+
 private:
-    torch::Tensor attention(int64_t layer, const torch::Tensor& x, KvCache& cache, int64_t start,
-                            ForwardObserver* observer) const;
+    struct Span;  // where the new rows sit: positions, mask, and the cache they extend (if any)
+    void checkIds(const std::vector<int64_t>& ids) const;
+    torch::Tensor blocks(torch::Tensor x, const Span& span, ForwardObserver* observer) const;
+    torch::Tensor head(torch::Tensor x, ForwardObserver* observer) const;
+    torch::Tensor attention(int64_t layer, const torch::Tensor& x, const Span& span, ForwardObserver* observer) const;
     torch::Tensor mlp(int64_t layer, const torch::Tensor& x, ForwardObserver* observer) const;
     torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const;
 
@@ -85,10 +95,17 @@ private:
     std::shared_ptr<FingerprintMemo> fingerprint_;
 };
 
+// Every weight of `w` with its Hugging Face tensor name, in checkpoint order (sizes w.layers to the
+// config). lm_head is not listed: it is `embed` when tied, "lm_head.weight" otherwise. The one
+// place that maps names to fields, for loading and for writing trained weights.
+std::vector<std::pair<std::string, torch::Tensor*>> hfWeightSlots(const ModelConfig& config, Weights& w);
+
 // Rotary embedding pieces, exposed for tests.
 torch::Tensor ropeInverseFrequencies(const ModelConfig& config);                 // [head_dim/2] fp32
 // x: [heads, S, head_dim]; rotates with positions [start, start+S) (rotate-half convention).
 torch::Tensor applyRope(const torch::Tensor& x, const torch::Tensor& invFreq, int64_t start);
+// The same with explicit positions: [S] fp32 on invFreq's device.
+torch::Tensor applyRopeAt(const torch::Tensor& x, const torch::Tensor& invFreq, const torch::Tensor& positions);
 // HF RMSNorm: normalise in fp32, cast back, then scale by weight.
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 

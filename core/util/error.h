@@ -36,6 +36,12 @@ public:
     using Error::Error;
 };
 
+// Long work (training, a batch) stopped because the user asked it to.
+class Cancelled : public Error {
+public:
+    using Error::Error;
+};
+
 // Not an error: a command finished and wants a specific exit status (an audit that found
 // mismatches, an interrupted run). main() turns it into the process exit code after unwinding,
 // so destructors (the ledger's connection) still run.

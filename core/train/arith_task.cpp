@@ -1,0 +1,134 @@
+#include "core/train/arith_task.h"
+
+#include "core/util/error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <set>
+
+namespace kvscope::train {
+namespace {
+
+std::uint64_t mix(std::uint64_t x) {  // splitmix64 finaliser: a good hash of one 64-bit word
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+// A tiny counter-based generator: the same numbers on every platform and standard library (unlike
+// std::uniform_int_distribution, whose algorithm is implementation-defined).
+class Draws {
+public:
+    Draws(std::uint64_t seed, std::uint64_t index) : state_(mix(mix(seed) ^ mix(index + 0x1234))) {}
+    int64_t between(int64_t lo, int64_t hi) {  // uniform in [lo, hi] (modulo bias is negligible here)
+        state_ = mix(state_);
+        return lo + static_cast<int64_t>(state_ % static_cast<std::uint64_t>(hi - lo + 1));
+    }
+
+private:
+    std::uint64_t state_;
+};
+
+std::uint64_t hashText(const std::string& text) {  // FNV-1a, then mixed
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
+    return mix(h);
+}
+
+}  // namespace
+
+const char* splitName(Split split) {
+    switch (split) {
+        case Split::Train: return "train";
+        case Split::Validation: return "validation";
+        case Split::Test: return "test";
+    }
+    return "?";
+}
+
+std::string ArithProblem::prompt() const { return "Q: " + question + "\n"; }
+
+std::string ArithProblem::completion() const {
+    std::string text;
+    for (std::size_t i = 0; i < steps.size(); ++i) text += "Step " + std::to_string(i + 1) + ": " + steps[i] + "\n";
+    return text + "Answer: " + std::to_string(answer);
+}
+
+Split splitOf(const std::string& question) {
+    const std::uint64_t bucket = hashText(question) % 20;
+    return bucket == 0 ? Split::Test : bucket == 1 ? Split::Validation : Split::Train;
+}
+
+ArithProblem ArithTask::problem(std::uint64_t seed, std::uint64_t index) const {
+    Draws draw(seed, index);
+    ArithProblem p;
+    int64_t value = draw.between(10, spec_.maxOperand);
+    p.question = std::to_string(value);
+    const int operations = static_cast<int>(draw.between(spec_.minOperations, spec_.maxOperations));
+    for (int i = 0; i < operations; ++i) {
+        // Pick an operation that keeps the running value in [0, maxValue].
+        char op = "+-*"[draw.between(0, 2)];
+        if (op == '*' && (value < 2 || value * 2 > spec_.maxValue)) op = value < 2 ? '+' : '-';
+        if (op == '+' && value >= spec_.maxValue) op = '-';
+        if (op == '-' && value < 1) op = '+';
+        int64_t operand = 0, next = 0;
+        if (op == '+') {
+            operand = draw.between(1, std::min(spec_.maxOperand, spec_.maxValue - value));
+            next = value + operand;
+        } else if (op == '-') {
+            operand = draw.between(1, std::min(spec_.maxOperand, value));
+            next = value - operand;
+        } else {
+            operand = draw.between(2, std::min<int64_t>(9, spec_.maxValue / value));
+            next = value * operand;
+        }
+        p.question += op + std::to_string(operand);
+        p.steps.push_back(std::to_string(value) + op + std::to_string(operand) + "=" + std::to_string(next));
+        value = next;
+    }
+    p.answer = value;
+    return p;
+}
+
+std::vector<ArithProblem> ArithTask::draw(std::uint64_t seed, Split split, std::size_t count) const {
+    std::vector<ArithProblem> out;
+    std::set<std::string> seen;
+    for (std::uint64_t index = 0; out.size() < count; ++index) {
+        if (index > 1000 * count + 100000)
+            throw UsageError("the arithmetic task cannot supply " + std::to_string(count) + " distinct " +
+                             splitName(split) + " problems (the problem space is too small)");
+        ArithProblem p = problem(seed, index);
+        if (splitOf(p.question) == split && seen.insert(p.question).second) out.push_back(std::move(p));
+    }
+    return out;
+}
+
+std::optional<int64_t> parseAnswer(const std::string& completion) {
+    const std::string marker = "Answer:";
+    const std::size_t at = completion.rfind(marker);
+    if (at == std::string::npos) return std::nullopt;
+    std::size_t i = at + marker.size();
+    while (i < completion.size() && completion[i] == ' ') ++i;
+    std::size_t end = i;
+    while (end < completion.size() && end - i < 18 && std::isdigit(static_cast<unsigned char>(completion[end]))) ++end;
+    if (end == i) return std::nullopt;
+    return std::stoll(completion.substr(i, end - i));
+}
+
+void writeDatasetJsonl(const std::vector<ArithProblem>& problems, const std::string& idPrefix, const std::string& path) {
+    std::ofstream out(path);
+    if (!out) throw FormatError(path + ": cannot open for writing");
+    for (std::size_t i = 0; i < problems.size(); ++i) {
+        char id[32];
+        std::snprintf(id, sizeof id, "-%03zu", i);
+        nlohmann::json line = {{"id", idPrefix + id}, {"prompt", problems[i].prompt()},
+                               {"answer", std::to_string(problems[i].answer)}};
+        out << line.dump() << '\n';
+    }
+    if (!out.flush()) throw FormatError(path + ": write failed");
+}
+
+}  // namespace kvscope::train

@@ -1,0 +1,76 @@
+#pragma once
+// Trains kvscope's embedded demo model: a small Qwen2-architecture transformer (q/k/v bias, tied
+// embeddings) that learns the staged arithmetic task of arith_task.h, with a byte-level BPE
+// tokenizer written as a real tokenizer.json. Training runs the inference Transformer itself
+// (Transformer::forwardPacked), so there is no second copy of the model.
+//
+// Deterministic given the recipe: data order, initial weights and the optimiser depend only on the
+// seed; libtorch's CPU kernels are deterministic for a fixed thread count, so the weights fingerprint
+// is reproducible on one machine with the same thread count (see the model card for the caveats).
+#include "core/train/arith_task.h"
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace kvscope::train {
+
+struct DemoRecipe {
+    std::uint64_t seed = 1;
+    ArithTaskSpec task;
+    int64_t hiddenSize = 128;
+    int64_t numLayers = 4;
+    int64_t numHeads = 4;
+    int64_t numKvHeads = 2;
+    int64_t intermediateSize = 384;
+    int bpeMerges = 48;               // beyond the 256 byte tokens
+    int64_t steps = 3000;
+    int64_t tokensPerStep = 768;      // sequences packed into one row per optimiser step
+    double learningRate = 2e-3;       // peak; linear warm-up, then cosine decay to 10%
+    int64_t warmupSteps = 100;
+    double weightDecay = 0.01;
+    double gradClip = 1.0;
+    int threads = 0;                  // 0: all cores
+    std::size_t testItems = 200;
+    std::size_t validationItems = 200;
+
+    nlohmann::json toJson() const;
+};
+
+struct TrainingProgress {
+    int64_t step = 0, steps = 0;
+    double loss = 0;                  // mean over the last logging window
+    double tokensPerSecond = 0;
+    double etaSeconds = 0;
+    std::string phase;                // "train", "evaluate"
+};
+
+struct AccuracyReport {
+    std::string dtype;
+    int64_t correct = 0, total = 0;
+    double fraction() const { return total ? static_cast<double>(correct) / static_cast<double>(total) : 0.0; }
+};
+
+struct TrainingResult {
+    double seconds = 0;
+    double finalTrainLoss = 0;
+    double validationLoss = 0;
+    std::vector<AccuracyReport> validation, test;  // fp32 and bf16
+    std::string fingerprint;          // weights fingerprint of the written checkpoint (bf16)
+};
+
+// Trains and writes DIR/{config.json, generation_config.json, tokenizer.json, model.safetensors,
+// test.jsonl, validation.jsonl, README.md}. Checks `stop` between steps (throws Cancelled, leaving
+// no checkpoint behind). Progress is reported every `reportEvery` steps and during evaluation.
+TrainingResult trainDemoModel(const DemoRecipe& recipe, const std::string& outDir,
+                              const std::function<void(const TrainingProgress&)>& onProgress,
+                              const std::atomic<bool>& stop, int64_t reportEvery = 50);
+
+// Greedy accuracy of the checkpoint in DIR on a JSONL test set of this task, in `dtype`.
+AccuracyReport evaluateArithmetic(const std::string& modelDir, const std::vector<ArithProblem>& problems,
+                                  const std::string& dtype, const std::function<void(int64_t done)>& onItem = {});
+
+}  // namespace kvscope::train
