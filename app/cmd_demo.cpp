@@ -49,7 +49,10 @@ void addTrainDemoModel(CLI::App& app) {
     cmd->add_option("--max-operations", o->recipe.task.maxOperations, "Most stages per problem")->capture_default_str()->check(CLI::Range(1, 8));
     cmd->add_option("--test-items", o->recipe.testItems, "Test set size")->capture_default_str()->check(CLI::Range(1, 100000));
     cmd->add_option("--validation-items", o->recipe.validationItems, "Validation set size")->capture_default_str()->check(CLI::Range(1, 100000));
-    addThreadsOption(cmd, o->recipe.threads);
+    cmd->add_option("--max-operand", o->recipe.task.maxOperand, "Largest + / - operand")->capture_default_str()->check(CLI::Range(2, 100000));
+    cmd->add_option("--max-value", o->recipe.task.maxValue, "Largest intermediate result")->capture_default_str()->check(CLI::Range(20, 1000000));
+    cmd->add_option("--threads", o->recipe.threads, "Intra-op threads (a fixed count keeps the weights reproducible)")
+        ->capture_default_str()->check(CLI::NonNegativeNumber);
     cmd->callback([o] {
         if (o->recipe.task.maxOperations < o->recipe.task.minOperations) o->recipe.task.minOperations = o->recipe.task.maxOperations;
         installInterruptHandler();

@@ -190,6 +190,33 @@ std::vector<int64_t> promptIdsFor(const ItemContext& ctx, const DatasetItem& ite
     return ctx.tokenizer.encode(applyChatTemplate(t, messages), false);
 }
 
+BoundaryState rebuildBoundary(const ItemContext& ctx, const std::vector<int64_t>& prompt,
+                              const std::vector<int64_t>& trace, int64_t boundary) {
+    if (boundary <= 0 || boundary > static_cast<int64_t>(trace.size()))
+        throw UsageError("stage boundary " + std::to_string(boundary) + " is outside the trace (1.." +
+                         std::to_string(trace.size()) + " generated tokens)");
+    const ExperimentConfig& c = ctx.config;
+    const Transformer& m = ctx.model(c.dtypes.front());
+    BoundaryState b;
+    b.prompt = prompt;
+    b.boundary = boundary;
+    b.prefix = concat(prompt, {trace.begin(), trace.begin() + boundary});
+    b.budget = std::max<int64_t>(1, c.maxNewTokens - boundary);
+    b.live = buildLiveCache(m, prompt, boundary, c.sampling);
+    if (b.live.ids() != b.prefix)
+        throw UsageError("decoding the prompt again does not reproduce the stored trace up to the boundary "
+                         "(different model, precision or sampling than the run?)");
+    b.prefill = buildCache(m, b.prefix, Construction::parse("prefill"), static_cast<int64_t>(prompt.size()));
+    b.liveSuffix = continueWithRunRules(ctx, b.live, b.budget);
+    b.prefillSuffix = continueWithRunRules(ctx, b.prefill, b.budget);
+    return b;
+}
+
+GenerationResult continueWithRunRules(const ItemContext& ctx, const KvCache& cache, int64_t budget, const TokenCallback& onToken) {
+    const Transformer& m = ctx.model(ctx.config.dtypes.front());
+    return continueFrom(m, cache, ctx.config.sampling, stopRules(ctx, m, budget), onToken);
+}
+
 ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t index) {
     const auto t0 = std::chrono::steady_clock::now();
     const ExperimentConfig& c = ctx.config;
@@ -215,16 +242,15 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
         return rec;
     }
     rec.status = "done";
-    p.ids = concat(p.prompt, {p.trace.begin(), p.trace.begin() + p.boundary});
-    p.budget = c.maxNewTokens - p.boundary;
+    BoundaryState b = rebuildBoundary(ctx, p.prompt, p.trace, p.boundary);
+    p.ids = b.prefix;
+    p.budget = b.budget;
+    const KvCache& live = b.live;
+    const KvCache& prefill = b.prefill;
     const auto P = static_cast<int64_t>(p.prompt.size());
     const std::vector<int64_t> generated(p.trace.begin(), p.trace.begin() + p.boundary);
-
-    const KvCache live = buildLiveCache(m, p.prompt, p.boundary, c.sampling);
-    const KvCache prefill = buildCache(m, p.ids, Construction::parse("prefill"), P);
-    const StopRules stops = stopRules(ctx, m, p.budget);
-    const Side liveSide = finishSide(ctx, item, generated, continueFrom(m, live, c.sampling, stops));
-    const Side prefillSide = finishSide(ctx, item, generated, continueFrom(m, prefill, c.sampling, stops));
+    const Side liveSide = finishSide(ctx, item, generated, std::move(b.liveSuffix));
+    const Side prefillSide = finishSide(ctx, item, generated, std::move(b.prefillSuffix));
     rec.trajectories["suffix_live"] = liveSide.suffix.ids;
     rec.trajectories["suffix_prefill"] = prefillSide.suffix.ids;
     rec.fingerprints["live_cache"] = fingerprintCache(live).overall;

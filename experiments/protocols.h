@@ -14,6 +14,7 @@
 #include "experiments/experiment_config.h"
 #include "experiments/ledger.h"
 
+#include "core/decode/generator.h"
 #include "core/model/transformer.h"
 #include "core/text/tokenizer.h"
 
@@ -40,5 +41,20 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
 std::vector<std::string> auditItem(const ItemContext& ctx, const DatasetItem& item, const ItemRecord& stored);
 
 std::vector<int64_t> promptIdsFor(const ItemContext& ctx, const DatasetItem& item);
+
+// One item's stage boundary rebuilt from stored ids (the ledger's prompt and trace, or a session's):
+// the live cache a decode retains there, the one-shot prefill of the same ids, and each one's
+// continuation under the run's sampling and stop rules - exactly what runItem compares.
+struct BoundaryState {
+    std::vector<int64_t> prompt, prefix;  // prefix = prompt + trace[0:boundary]
+    int64_t boundary = 0, budget = 0;     // budget: new tokens left for a continuation
+    KvCache live, prefill;
+    GenerationResult liveSuffix, prefillSuffix;
+};
+BoundaryState rebuildBoundary(const ItemContext& ctx, const std::vector<int64_t>& prompt,
+                              const std::vector<int64_t>& trace, int64_t boundary);
+// A continuation from any cache of that prefix (a transplant, say) under the run's rules.
+GenerationResult continueWithRunRules(const ItemContext& ctx, const KvCache& cache, int64_t budget,
+                                      const TokenCallback& onToken = {});
 
 }  // namespace kvscope::experiments

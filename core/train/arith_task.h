@@ -32,8 +32,8 @@ struct ArithProblem {
 struct ArithTaskSpec {
     int minOperations = 2;            // stages per problem, drawn uniformly in [min, max]
     int maxOperations = 3;
-    int64_t maxOperand = 99;          // + and - operands in [1, maxOperand]; * by a digit in [2, 9]
-    int64_t maxValue = 999;           // every intermediate result stays in [0, maxValue]
+    int64_t maxOperand = 50;          // + and - operands in [1, maxOperand]; * by a digit in [2, 9]
+    int64_t maxValue = 199;           // every intermediate result stays in [0, maxValue]
 };
 
 // The split a question belongs to: about 90% train, 5% validation, 5% test.

@@ -11,6 +11,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <malloc.h>
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -268,6 +270,12 @@ TrainingResult trainInto(const fs::path& staging, const fs::path& outDir, const 
                          const std::atomic<bool>& stop, int64_t reportEvery) {
     const auto t0 = Clock::now();
     configureThreads(r.threads);
+#ifdef __GLIBC__
+    // Every step allocates and frees the same large activation buffers; by default glibc returns
+    // them to the kernel each time (mmap/munmap, page faults). Keeping them is ~12% faster.
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
     torch::manual_seed(r.seed);
     const ArithTask task(r.task);
     const std::vector<ArithProblem> validation = task.draw(r.seed, Split::Validation, r.validationItems);

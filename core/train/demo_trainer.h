@@ -27,13 +27,17 @@ struct DemoRecipe {
     int64_t numKvHeads = 2;
     int64_t intermediateSize = 384;
     int bpeMerges = 48;               // beyond the 256 byte tokens
-    int64_t steps = 3000;
-    int64_t tokensPerStep = 768;      // sequences packed into one row per optimiser step
+    int64_t steps = 8000;
+    // Sequences packed into one row per optimiser step. Attention over a packed row costs S^2, so
+    // short rows train faster per token (measured: 384 tokens 6.5k tok/s, 768 4.1k, 1536 3.2k).
+    int64_t tokensPerStep = 384;
     double learningRate = 2e-3;       // peak; linear warm-up, then cosine decay to 10%
     int64_t warmupSteps = 100;
     double weightDecay = 0.01;
     double gradClip = 1.0;
-    int threads = 0;                  // 0: all cores
+    // One thread: at this size a second one costs more than it gains (4.5k vs 4.1k tok/s measured),
+    // and the fingerprint is reproducible for a fixed thread count.
+    int threads = 1;
     std::size_t testItems = 200;
     std::size_t validationItems = 200;
 

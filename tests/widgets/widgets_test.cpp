@@ -1,0 +1,389 @@
+// The desktop application under QT_QPA_PLATFORM=offscreen: every item model passes
+// QAbstractItemModelTester; the views show what a ledger made by the experiment engine says
+// (divergence index, heatmap size and cell values, transplant verdict); the event loop keeps turning
+// while the worker decodes; bad input becomes a message; the window can be saved as a picture.
+#include "widgets/decode_compare_view.h"
+#include "widgets/diff_color_map.h"
+#include "widgets/heatmap_data.h"
+#include "widgets/item_table_model.h"
+#include "widgets/kv_heatmap_view.h"
+#include "widgets/layer_selection_model.h"
+#include "widgets/ledger_page.h"
+#include "widgets/main_window.h"
+#include "widgets/run_table_model.h"
+#include "widgets/session_page.h"
+#include "widgets/token_pane.h"
+#include "widgets/transplant_panel.h"
+
+#include "experiments/runner.h"
+
+#include "core/cache/cache_diff.h"
+#include "core/cache/constructions.h"
+#include "core/model/transformer.h"
+
+#include "support/test_support.h"
+
+#include <gtest/gtest.h>
+
+#include <QAbstractItemModelTester>
+#include <QApplication>
+#include <QElapsedTimer>
+#include <QFileInfo>
+#include <QImage>
+#include <QProcess>
+#include <QSettings>
+#include <QSignalSpy>
+#include <QTimer>
+
+#include <filesystem>
+
+namespace kvscope::widgets {
+namespace {
+
+// Waits (turning the event loop) until `done` or the timeout; returns done().
+template <typename F>
+bool waitFor(F done, int timeoutMs = 120000) {
+    QElapsedTimer t;
+    t.start();
+    while (!done() && t.elapsed() < timeoutMs) QCoreApplication::processEvents(QEventLoop::AllEvents, 20);
+    return done();
+}
+
+// A ledger made by the real experiment engine: the 12 arithmetic items on the smoke test's generated
+// 4-layer model in bf16, cut halfway through 64-token traces. Some items must diverge for the views
+// to have something to show; the fixture test says so if none does.
+struct LedgerFixture {
+    std::string dir, ledger, experiment, model;
+    std::vector<experiments::ItemRecord> items;
+};
+
+const LedgerFixture& ledgerFixture() {
+    static LedgerFixture f = [] {
+        static test::TempDir tmp;
+        LedgerFixture x;
+        x.dir = tmp.path();
+        x.ledger = tmp.file("tiny.db");
+        x.experiment = tmp.file("tiny.toml");
+        test::writeTextFile(x.experiment,
+                            "name = \"tiny\"\n[model]\ndir = \"model\"\n"
+                            "[model.generate]\narch = \"qwen2\"\nseed = 3\nhidden_size = 128\nlayers = 4\nheads = 4\n"
+                            "kv_heads = 2\nintermediate_size = 256\n[dataset]\npath = \"" +
+                                test::testDataDir() + "/../../experiments/data/arith12.jsonl\"\n"
+                                "[generation]\nmax_new_tokens = 64\nignore_eos = true\n[boundary]\nrule = \"fraction\"\n"
+                                "fraction = 0.5\n[protocols]\nrun = [\"matched\", \"bridge\", \"transplant\", \"localize\"]\n");
+        const auto config = experiments::ExperimentConfig::load(x.experiment);
+        config.generateModelIfMissing();
+        x.model = config.modelDir;
+        experiments::RunOptions options;
+        options.ledgerPath = x.ledger;
+        std::atomic<bool> stop{false};
+        experiments::runExperiment(config, options, [](const experiments::RunProgress&) {}, stop);
+        const experiments::Ledger ledger(x.ledger);
+        x.items = ledger.items(ledger.runs().front().runId);
+        return x;
+    }();
+    return f;
+}
+
+TEST(ItemModels, PassTheModelTester) {
+    ItemTableModel items;
+    ItemFilterProxy proxy;
+    proxy.setSourceModel(&items);
+    QAbstractItemModelTester t1(&items, QAbstractItemModelTester::FailureReportingMode::Fatal);
+    QAbstractItemModelTester t2(&proxy, QAbstractItemModelTester::FailureReportingMode::Fatal);
+    items.setItems(ledgerFixture().items);
+    ASSERT_EQ(items.rowCount(), 12);
+    proxy.sort(ItemTableModel::FirstDivergenceColumn, Qt::DescendingOrder);
+    proxy.setDivergentOnly(true);
+    int divergent = 0;
+    for (const auto& r : ledgerFixture().items) divergent += item_results::divergent(r);
+    ASSERT_GT(divergent, 0) << "the fixture ledger has no divergent item: the views would have nothing to show";
+    EXPECT_EQ(proxy.rowCount(), divergent);
+    EXPECT_EQ(proxy.index(0, ItemTableModel::SuffixesEqualColumn).data().toString(), QStringLiteral("no"));
+    proxy.setDivergentOnly(false);
+    proxy.setProtocol(QStringLiteral("transplant"));
+    EXPECT_EQ(proxy.rowCount(), divergent) << "transplant runs on divergent items";
+    proxy.setProtocol(QStringLiteral("no-such-protocol"));
+    EXPECT_EQ(proxy.rowCount(), 0);
+    proxy.setProtocol({});
+    proxy.setFlippedOnly(true);
+    EXPECT_LE(proxy.rowCount(), 4);
+    items.setItems({});
+
+    RunTableModel runs;
+    QAbstractItemModelTester t3(&runs, QAbstractItemModelTester::FailureReportingMode::Fatal);
+    runs.setRuns(experiments::Ledger(ledgerFixture().ledger).runs());
+    EXPECT_EQ(runs.index(0, RunTableModel::NameColumn).data().toString(), QStringLiteral("tiny"));
+    EXPECT_EQ(runs.index(0, RunTableModel::ItemsColumn).data().toInt(), 12);
+
+    LayerSelectionModel layers;
+    QAbstractItemModelTester t4(&layers, QAbstractItemModelTester::FailureReportingMode::Fatal);
+    layers.setLayerCount(6);
+    layers.selectSecondHalf();
+    EXPECT_EQ(layers.layersWithKeys(), (std::vector<int64_t>{3, 4, 5}));
+    EXPECT_TRUE(layers.setData(layers.index(0, LayerSelectionModel::ValuesColumn), Qt::Checked, Qt::CheckStateRole));
+    EXPECT_EQ(layers.layersWithValues(), (std::vector<int64_t>{0, 3, 4, 5}));
+    layers.selectNone();
+    EXPECT_TRUE(layers.layersWithKeys().empty());
+}
+
+CacheDiff syntheticDiff() {
+    CacheDiff d;
+    d.layers = 2, d.heads = 2, d.positions = 5, d.headDim = 4;
+    const std::size_t n = 2 * 2 * 5;
+    for (DiffGrid* g : {&d.keys, &d.values}) {
+        g->maxAbs.assign(n, 0.f), g->meanAbs.assign(n, 0.f), g->relL2.assign(n, 0.f), g->differing.assign(n, 0);
+    }
+    d.keys.maxAbs[d.at(1, 0, 3)] = 0.5f;
+    d.keys.maxAbs[d.at(1, 1, 3)] = 0.25f;
+    d.values.maxAbs[d.at(1, 1, 3)] = 0.75f;
+    d.keys.differing[d.at(1, 0, 3)] = 2;
+    d.values.differing[d.at(1, 1, 3)] = 4;
+    d.keys.relL2[d.at(0, 0, 1)] = 0.3f;
+    d.keys.relL2[d.at(0, 1, 1)] = 0.4f;
+    return d;
+}
+
+TEST(HeatmapData, ReducesHeadsAndKeepsMaximaWhenDownsampling) {
+    const CacheDiff d = syntheticDiff();
+    EXPECT_DOUBLE_EQ(layerGrid(d, DiffMetric::MaxAbs, KvComponent::Keys).value(1, 3), 0.5);
+    EXPECT_DOUBLE_EQ(layerGrid(d, DiffMetric::MaxAbs, KvComponent::Both).value(1, 3), 0.75);
+    EXPECT_DOUBLE_EQ(layerGrid(d, DiffMetric::DifferingFraction, KvComponent::Both).value(1, 3), 6.0 / 16.0);
+    EXPECT_NEAR(layerGrid(d, DiffMetric::RelativeL2, KvComponent::Keys).value(0, 1), std::sqrt((0.09 + 0.16) / 2), 1e-6);
+    EXPECT_DOUBLE_EQ(headGrid(d, 1, DiffMetric::MaxAbs, KvComponent::Values).value(1, 3), 0.75);
+    const HeatmapGrid full = layerGrid(d, DiffMetric::MaxAbs, KvComponent::Both);
+    const DisplayGrid shown = downsampleForDisplay(full, 2);
+    EXPECT_EQ(shown.grid.positions, 2);
+    EXPECT_DOUBLE_EQ(shown.grid.value(1, 1), 0.75) << "a single hot position survives downsampling";
+    EXPECT_EQ(gridCsv(full, "layer").substr(0, 19), "layer,p0,p1,p2,p3,p");
+}
+
+TEST(HeatmapView, LargeGridsStayExactUnderTheMouse) {
+    // 64 layers x 8192 positions: drawn with at most 2048 columns, hover values from the full grid.
+    CacheDiff d;
+    d.layers = 64, d.heads = 1, d.positions = 8192, d.headDim = 1;
+    const std::size_t n = 64 * 8192;
+    for (DiffGrid* g : {&d.keys, &d.values}) {
+        g->maxAbs.assign(n, 0.f), g->meanAbs.assign(n, 0.f), g->relL2.assign(n, 0.f), g->differing.assign(n, 0);
+    }
+    d.keys.maxAbs[d.at(40, 0, 5001)] = 2.0f;
+    d.bitExact = false;
+    d.firstDifference = std::make_pair<int64_t, int64_t>(40, 5001);
+    KvHeatmapView view;
+    view.resize(1200, 700);
+    view.show();
+    QElapsedTimer t;
+    t.start();
+    view.setDiff(d, QStringLiteral("big"));
+    const qint64 ms = t.elapsed();
+    EXPECT_LT(ms, 5000) << "64 x 8192 cells should render interactively";
+    EXPECT_EQ(view.map()->displayed().grid.positions, 2048);
+    EXPECT_EQ(view.map()->grid().positions, 8192);
+    EXPECT_DOUBLE_EQ(view.map()->grid().value(40, 5001), 2.0);
+    QCustomPlot* plot = view.map();
+    plot->replot();
+    const QPoint pixel(static_cast<int>(plot->xAxis->coordToPixel(5001)), static_cast<int>(plot->yAxis->coordToPixel(40)));
+    const auto cell = view.map()->cellAtPixel(pixel);
+    ASSERT_TRUE(cell.has_value());
+    EXPECT_EQ(cell->row, 40);
+    const double positionsPerPixel = 8192.0 / plot->axisRect()->width();
+    EXPECT_NEAR(static_cast<double>(cell->position), 5001.0, positionsPerPixel + 1);  // the mouse resolves one pixel
+    EXPECT_DOUBLE_EQ(cell->value, view.map()->grid().value(40, cell->position)) << "hover shows the full-resolution value";
+    test::TempDir dir;
+    for (const char* ext : {"png", "pdf", "csv"}) {
+        const QString path = QString::fromStdString(dir.file(std::string("map.") + ext));
+        EXPECT_TRUE(view.exportTo(path)) << ext;
+        EXPECT_GT(QFileInfo(path).size(), 100) << ext;
+    }
+}
+
+class MainWindowTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        QSettings::setDefaultFormat(QSettings::IniFormat);
+        QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, QString::fromStdString(settingsDir_.path()));
+    }
+    test::TempDir settingsDir_;
+};
+
+TEST_F(MainWindowTest, ShowsWhatTheLedgerSaysForTheSelectedItem) {
+    const LedgerFixture& f = ledgerFixture();
+    MainWindow window;
+    window.resize(1400, 900);
+    window.show();
+    ASSERT_TRUE(window.openLedger(QString::fromStdString(f.ledger)));
+    EXPECT_EQ(window.ledgerPage()->itemModel()->rowCount(), 12);
+    int divergentShown = 0;
+    for (const auto& record : f.items) {
+        if (record.status != "done") continue;
+        divergentShown += item_results::divergent(record);
+        QSignalSpy shown(&window, &MainWindow::analysisShown);
+        ASSERT_TRUE(window.selectItem(QString::fromStdString(record.itemId)));
+        ASSERT_TRUE(waitFor([&] { return shown.count() > 0 || !window.lastError().isEmpty(); })) << record.itemId;
+        ASSERT_TRUE(window.lastError().isEmpty()) << window.lastError().toStdString();
+
+        // The decode panes: the divergence index is the ledger's, highlighted in both panes.
+        const int ledgerDivergence = item_results::firstDivergence(record);
+        EXPECT_EQ(window.decodeView()->divergenceIndex(), ledgerDivergence) << record.itemId;
+        const auto& suffix = record.trajectories.at("suffix_live");
+        const auto& prefixCells = window.decodeView()->livePane()->cells();
+        const std::size_t prefixLength = prefixCells.size() - suffix.size();
+        for (std::size_t i = 0; i < suffix.size(); ++i) ASSERT_EQ(prefixCells[prefixLength + i].token.id, suffix[i]);
+        if (ledgerDivergence >= 0) {
+            EXPECT_EQ(window.decodeView()->livePane()->highlightedCell(), static_cast<int>(prefixLength) + ledgerDivergence);
+            EXPECT_EQ(window.decodeView()->prefillPane()->highlightedCell(), static_cast<int>(prefixLength) + ledgerDivergence);
+            EXPECT_NE(window.decodeView()->livePane()->tooltipForCell(static_cast<int>(prefixLength) + ledgerDivergence).indexOf(QStringLiteral("margin")), -1);
+        }
+
+        // The heatmap: layers x prefix positions, values equal to an independent rebuild of the caches.
+        const Transformer model = Transformer::load(f.model, torch::kBFloat16, torch::kCPU);
+        const auto& prompt = record.trajectories.at("prompt");
+        const int64_t boundary = record.results.at("trace").at("boundary").get<int64_t>();
+        const KvCache live = buildLiveCache(model, prompt, boundary);
+        const KvCache prefill = buildCache(model, live.ids(), Construction::parse("prefill"), static_cast<int64_t>(prompt.size()));
+        const CacheDiff expected = diffCaches(live, prefill);
+        KvHeatmapView* heatmap = window.heatmapView();
+        heatmap->setMetric(DiffMetric::MaxAbs);
+        heatmap->setComponent(KvComponent::Keys);
+        const HeatmapGrid& grid = heatmap->map()->grid();
+        ASSERT_EQ(grid.rows, model.config().numLayers);
+        ASSERT_EQ(grid.positions, static_cast<int64_t>(live.length()));
+        const int64_t p = live.length() - 1, l = model.config().numLayers - 1;
+        double want = 0;
+        for (int64_t h = 0; h < expected.heads; ++h) want = std::max(want, static_cast<double>(expected.keys.maxAbs[expected.at(l, h, p)]));
+        EXPECT_DOUBLE_EQ(grid.value(l, p), want);
+        QWidget* heads = heatmap->openHeadBreakdown(l);
+        ASSERT_NE(heads, nullptr);
+        EXPECT_EQ(heads->findChild<DiffColorMap*>()->grid().rows, model.config().numKvHeads);
+        heads->close();
+
+        // Transplanting every layer makes the recipient follow its donor (the study's 24/24).
+        for (const bool intoPrefill : {true, false}) {
+            QSignalSpy transplanted(&window, &MainWindow::transplantShown);
+            window.transplantPanel()->setDirectionIntoPrefill(intoPrefill);
+            window.transplantPanel()->layers()->selectAll();
+            window.transplantPanel()->run();
+            ASSERT_TRUE(waitFor([&] { return transplanted.count() > 0 || !window.lastError().isEmpty(); }));
+            EXPECT_NE(window.transplantPanel()->verdictText().indexOf(QStringLiteral("follows donor")), -1)
+                << window.transplantPanel()->verdictText().toStdString();
+            EXPECT_TRUE(window.decodeView()->transplantPane()->isVisible());
+        }
+        window.transplantPanel()->layers()->selectNone();
+        QSignalSpy none(&window, &MainWindow::transplantShown);
+        window.transplantPanel()->setDirectionIntoPrefill(true);
+        window.transplantPanel()->run();
+        ASSERT_TRUE(waitFor([&] { return none.count() > 0; }));
+        const QString expectNone = ledgerDivergence < 0 ? QStringLiteral("follows donor") : QStringLiteral("follows recipient");
+        EXPECT_NE(window.transplantPanel()->verdictText().indexOf(expectNone), -1) << window.transplantPanel()->verdictText().toStdString();
+    }
+    EXPECT_GT(divergentShown, 0);
+}
+
+TEST_F(MainWindowTest, BadInputBecomesAMessageNotACrash) {
+    MainWindow window;
+    test::TempDir dir;
+    QString error;
+    EXPECT_FALSE(window.openLedger(QString::fromStdString(dir.file("missing.db")), &error));
+    EXPECT_NE(error.indexOf(QStringLiteral("missing.db")), -1) << error.toStdString();
+    test::writeTextFile(dir.file("garbage.db"), "this is not sqlite");
+    EXPECT_FALSE(window.openLedger(QString::fromStdString(dir.file("garbage.db")), &error));
+    EXPECT_NE(error.indexOf(QStringLiteral("garbage.db")), -1) << error.toStdString();
+    EXPECT_FALSE(window.openPath(QString::fromStdString(dir.path()), &error));
+    EXPECT_NE(error.indexOf(QStringLiteral("config.json")), -1);
+    QSignalSpy failed(&window, &MainWindow::taskFailed);
+    window.sessionPage()->setModelDir(QString::fromStdString(dir.path()));
+    window.worker()->openModel(QString::fromStdString(dir.path()), QStringLiteral("bf16"));
+    ASSERT_TRUE(waitFor([&] { return failed.count() > 0; }));
+    EXPECT_NE(failed.front().front().toString().indexOf(QStringLiteral("config.json")), -1) << failed.front().front().toString().toStdString();
+    EXPECT_FALSE(window.selectItem(QStringLiteral("nope")));
+}
+
+TEST_F(MainWindowTest, EventLoopTurnsWhileTheWorkerDecodesAndCancelStopsIt) {
+    static test::TempDir dir;
+    TestModelSpec spec = test::tinySpec("qwen2");
+    spec.hiddenSize = 256, spec.numLayers = 6, spec.intermediateSize = 768, spec.numHeads = 8, spec.numKvHeads = 2;
+    spec.maxPositionEmbeddings = 8192;
+    writeTestModel(spec, dir.file("model"));
+    MainWindow window;
+    window.show();
+    QSignalSpy opened(window.worker(), &ModelWorker::modelOpened);
+    window.openModel(QString::fromStdString(dir.file("model")));
+    ASSERT_TRUE(waitFor([&] { return opened.count() > 0; }));
+
+    // Decode many tokens; a 10 ms timer must keep firing meanwhile.
+    int ticks = 0;
+    QTimer timer;
+    QObject::connect(&timer, &QTimer::timeout, [&] { ++ticks; });
+    timer.start(10);
+    QSignalSpy decoded(window.worker(), &ModelWorker::sessionDecoded);
+    QSignalSpy streamed(window.worker(), &ModelWorker::tokenDecoded);
+    window.sessionPage()->setPrompt(QStringLiteral("The model thinks"));
+    QElapsedTimer t;
+    t.start();
+    window.sessionPage()->requestDecode();
+    ASSERT_TRUE(waitFor([&] { return decoded.count() > 0 || !window.lastError().isEmpty(); }));
+    const qint64 elapsed = t.elapsed();
+    EXPECT_GT(streamed.count(), 10);
+    EXPECT_GE(ticks, elapsed / 40) << "timer ticks " << ticks << " in " << elapsed << " ms: the GUI thread was blocked";
+
+    // The session's whole study on one item: set the boundary, compare.
+    QSignalSpy shown(&window, &MainWindow::analysisShown);
+    window.sessionPage()->setBoundary(10);
+    window.sessionPage()->requestCompare();
+    ASSERT_TRUE(waitFor([&] { return shown.count() > 0 || !window.lastError().isEmpty(); }));
+    ASSERT_TRUE(window.lastError().isEmpty()) << window.lastError().toStdString();
+    EXPECT_EQ(window.heatmapView()->diff().positions, static_cast<int64_t>(window.sessionPage()->livePane()->cells().size() -
+                                                                                (decoded.front().front().value<SessionDecode>().trace.size() - 10)));
+
+    // Cancel: a long decode stops promptly with a "cancelled" failure.
+    QSignalSpy failed(&window, &MainWindow::taskFailed);
+    window.sessionPage()->requestDecode();
+    QTimer::singleShot(50, [&] { window.worker()->cancel(); });
+    ASSERT_TRUE(waitFor([&] { return failed.count() > 0 || decoded.count() > 1; }, 30000));
+    ASSERT_EQ(failed.count(), 1);
+    EXPECT_NE(failed.front().front().toString().indexOf(QStringLiteral("cancelled")), -1);
+}
+
+TEST(GuiCommandLine, ScreenshotOfTheMainWindowWithALedger) {
+    const LedgerFixture& f = ledgerFixture();
+    const QString shot = QStringLiteral(KVSCOPE_SCREENSHOT_DIR "/main-window.png");
+    QFile::remove(shot);
+    QProcess gui;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
+    env.insert(QStringLiteral("XDG_CONFIG_HOME"), QString::fromStdString(f.dir));
+    gui.setProcessEnvironment(env);
+    gui.start(QStringLiteral(KVSCOPE_GUI), {QString::fromStdString(f.ledger), QStringLiteral("--item"),
+                                            QString::fromStdString(f.items.front().itemId), QStringLiteral("--screenshot"), shot});
+    ASSERT_TRUE(gui.waitForFinished(180000));
+    EXPECT_EQ(gui.exitCode(), 0) << gui.readAllStandardError().toStdString();
+    const QImage image(shot);
+    ASSERT_FALSE(image.isNull());
+    EXPECT_GE(image.width(), 800);
+    EXPECT_GE(image.height(), 600);
+
+    QProcess version;
+    version.start(QStringLiteral(KVSCOPE_GUI), {QStringLiteral("--version")});
+    ASSERT_TRUE(version.waitForFinished(60000));
+    EXPECT_EQ(version.exitCode(), 0);
+    EXPECT_NE(version.readAllStandardOutput().indexOf("Qt 6"), -1);
+
+    QProcess missing;
+    missing.setProcessEnvironment(env);
+    missing.start(QStringLiteral(KVSCOPE_GUI), {QString::fromStdString(f.dir + "/none.db"), QStringLiteral("--screenshot"),
+                                                QString::fromStdString(f.dir + "/x.png")});
+    ASSERT_TRUE(missing.waitForFinished(60000));
+    EXPECT_NE(missing.exitCode(), 0);
+    EXPECT_NE(missing.readAllStandardError().indexOf("none.db"), -1);
+}
+
+}  // namespace
+}  // namespace kvscope::widgets
+
+int main(int argc, char** argv) {
+    qputenv("QT_QPA_PLATFORM", "offscreen");
+    QApplication app(argc, argv);
+    QApplication::setOrganizationName(QStringLiteral("kvscope-tests"));
+    ::testing::InitGoogleTest(&argc, argv);
+    return RUN_ALL_TESTS();
+}

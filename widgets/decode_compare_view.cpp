@@ -1,0 +1,128 @@
+#include "widgets/decode_compare_view.h"
+
+#include "widgets/token_pane.h"
+
+#include <qcustomplot.h>
+
+#include <QLabel>
+#include <QScrollBar>
+#include <QSplitter>
+#include <QVBoxLayout>
+
+namespace kvscope::widgets {
+
+DecodeCompareView::DecodeCompareView(QWidget* parent) : QWidget(parent) {
+    setupPanes();
+    setupPlot();
+    syncScrolling();
+}
+
+void DecodeCompareView::setupPanes() {
+    auto* layout = new QVBoxLayout(this);
+    summary_ = new QLabel(tr("Select an item in the ledger, or compare in the session."), this);
+    summary_->setWordWrap(true);
+    layout->addWidget(summary_);
+    auto* splitter = new QSplitter(Qt::Vertical, this);
+    auto* panes = new QSplitter(Qt::Horizontal, splitter);
+    live_ = new TokenPane(panes);
+    prefill_ = new TokenPane(panes);
+    transplant_ = new TokenPane(panes);
+    transplant_->hide();
+    plot_ = new QCustomPlot(splitter);
+    splitter->setStretchFactor(0, 3);
+    splitter->setStretchFactor(1, 1);
+    layout->addWidget(splitter, 1);
+}
+
+void DecodeCompareView::setupPlot() {
+    plot_->setMinimumHeight(120);
+    plot_->addGraph();
+    plot_->graph(0)->setName(tr("live"));
+    plot_->graph(0)->setPen(QPen(QColor(0x1f, 0x77, 0xb4), 1.5));
+    plot_->addGraph();
+    plot_->graph(1)->setName(tr("prefill"));
+    plot_->graph(1)->setPen(QPen(QColor(0xff, 0x7f, 0x0e), 1.5, Qt::DashLine));
+    plot_->xAxis->setLabel(tr("continuation step"));
+    plot_->yAxis->setLabel(tr("top-1 minus top-2 logit"));
+    plot_->legend->setVisible(true);
+    plot_->legend->setFont(QFont(font().family(), 8));
+}
+
+void DecodeCompareView::syncScrolling() {
+    // Scrolling one pane scrolls the others (guarded against feedback by the equality check).
+    const std::vector<TokenPane*> panes = {live_, prefill_, transplant_};
+    for (TokenPane* from : panes)
+        for (TokenPane* to : panes)
+            if (from != to)
+                connect(from->verticalScrollBar(), &QScrollBar::valueChanged, to, [to](int v) {
+                    if (to->verticalScrollBar()->value() != v) to->verticalScrollBar()->setValue(v);
+                });
+}
+
+std::vector<TokenCell> DecodeCompareView::cellsFor(const AnalysisView& a, const SideView& side, int highlight) const {
+    std::vector<TokenCell> cells;
+    for (std::size_t i = 0; i < a.prefix.size(); ++i)
+        cells.push_back({a.prefix[i], true, false, static_cast<int>(i) == a.promptLength && a.promptLength > 0});
+    const std::size_t boundaryCell = cells.size();
+    for (std::size_t i = 0; i < side.tokens.size(); ++i)
+        cells.push_back({side.tokens[i], false, static_cast<int>(i) == highlight, i == 0});
+    if (side.tokens.empty() && boundaryCell < cells.size()) cells[boundaryCell].boundaryBefore = true;
+    return cells;
+}
+
+void DecodeCompareView::showAnalysis(const AnalysisView& a) {
+    analysis_ = a;
+    divergence_ = a.firstDivergence;
+    live_->setCells(tr("live (cache built while decoding)"), cellsFor(a, a.live, divergence_));
+    prefill_->setCells(tr("prefill (one forward over the same ids)"), cellsFor(a, a.prefill, divergence_));
+    transplant_->clearCells();
+    transplant_->hide();
+    const QString split = divergence_ < 0 ? tr("the continuations are identical (%1 tokens)").arg(a.live.tokens.size())
+                                          : tr("the continuations split at step %1").arg(divergence_);
+    summary_->setText(tr("<b>%1</b>: prefix of %2 tokens (%3 prompt); %4. Caches: %5.")
+                          .arg(a.title.toHtmlEscaped())
+                          .arg(a.prefix.size())
+                          .arg(a.promptLength)
+                          .arg(split, a.diff.bitExact ? tr("bit-identical") : tr("differ")));
+    plotMargins(a);
+}
+
+void DecodeCompareView::plotMargins(const AnalysisView& a) {
+    for (int g = 0; g < 2; ++g) {
+        const SideView& side = g == 0 ? a.live : a.prefill;
+        QVector<double> x, y;
+        for (std::size_t i = 0; i < side.tokens.size(); ++i) {
+            x << static_cast<double>(i);
+            y << side.tokens[i].margin;
+        }
+        plot_->graph(g)->setData(x, y);
+    }
+    plot_->clearItems();
+    if (divergence_ >= 0) {
+        auto* line = new QCPItemStraightLine(plot_);
+        line->point1->setCoords(divergence_, 0);
+        line->point2->setCoords(divergence_, 1);
+        line->setPen(QPen(QColor(0xd0, 0x40, 0x00), 1, Qt::DotLine));
+    }
+    plot_->rescaleAxes();
+    plot_->yAxis->setRangeLower(0);
+    plot_->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void DecodeCompareView::showTransplant(const TransplantView& r) {
+    std::vector<TokenCell> cells = cellsFor(analysis_, r.result, r.splitFromDonor);
+    transplant_->setCells(tr("%1 \u2014 %2").arg(r.description, r.verdict), std::move(cells));
+    transplant_->show();
+}
+
+void DecodeCompareView::clear() {
+    analysis_ = {};
+    divergence_ = -1;
+    for (TokenPane* p : {live_, prefill_, transplant_}) p->clearCells();
+    transplant_->hide();
+    for (int g = 0; g < 2; ++g) plot_->graph(g)->data()->clear();
+    plot_->clearItems();
+    plot_->replot(QCustomPlot::rpQueuedReplot);
+}
+
+}  // namespace kvscope::widgets

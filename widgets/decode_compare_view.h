@@ -1,0 +1,44 @@
+#pragma once
+// Side-by-side decodes: live and prefill continuations from the same prefix (and a third pane for a
+// transplant's result), scrolled together, with a plot of the top-1/top-2 margin per step for both
+// sides and the divergence marked.
+#include "widgets/model_worker.h"
+
+#include <QWidget>
+
+class QCustomPlot;
+class QLabel;
+
+namespace kvscope::widgets {
+
+class TokenPane;
+
+class DecodeCompareView : public QWidget {
+    Q_OBJECT
+public:
+    explicit DecodeCompareView(QWidget* parent = nullptr);
+    void showAnalysis(const AnalysisView& analysis);
+    void showTransplant(const TransplantView& result);
+    void clear();
+
+    TokenPane* livePane() const { return live_; }
+    TokenPane* prefillPane() const { return prefill_; }
+    TokenPane* transplantPane() const { return transplant_; }
+    QCustomPlot* marginPlot() const { return plot_; }
+    int divergenceIndex() const { return divergence_; }  // in the continuations; -1 when equal
+
+private:
+    void setupPanes();
+    void setupPlot();
+    void syncScrolling();
+    std::vector<struct TokenCell> cellsFor(const AnalysisView& a, const SideView& side, int highlight) const;
+    void plotMargins(const AnalysisView& a);
+
+    TokenPane *live_ = nullptr, *prefill_ = nullptr, *transplant_ = nullptr;
+    QCustomPlot* plot_ = nullptr;
+    QLabel* summary_ = nullptr;
+    AnalysisView analysis_;
+    int divergence_ = -1;
+};
+
+}  // namespace kvscope::widgets

@@ -1,0 +1,85 @@
+#pragma once
+// The main window only assembles: the ledger and session pages as tabs, the decode comparison, KV
+// heatmap and transplant panel as docks, menus, toolbar and status bar, settings and the worker
+// thread. Every view's behaviour lives in its own class.
+#include "widgets/model_worker.h"
+
+#include <QMainWindow>
+#include <QThread>
+
+class QLabel;
+class QProgressBar;
+class QTabWidget;
+class QToolButton;
+
+namespace kvscope::widgets {
+
+class DecodeCompareView;
+class KvHeatmapView;
+class LedgerPage;
+class SessionPage;
+class TransplantPanel;
+
+class MainWindow : public QMainWindow {
+    Q_OBJECT
+public:
+    explicit MainWindow(QWidget* parent = nullptr);
+    ~MainWindow() override;
+
+    // A ledger (.db) or a model folder (config.json inside). Errors are shown, and returned.
+    bool openPath(const QString& path, QString* error = nullptr);
+    bool openLedger(const QString& path, QString* error = nullptr);
+    void openModel(const QString& dir);
+    bool selectItem(const QString& itemId);
+    void runBatch(const QString& experimentFile, const QString& ledgerPath);
+    void setDarkTheme(bool dark);
+
+    LedgerPage* ledgerPage() const { return ledger_; }
+    SessionPage* sessionPage() const { return session_; }
+    DecodeCompareView* decodeView() const { return decodes_; }
+    KvHeatmapView* heatmapView() const { return heatmap_; }
+    TransplantPanel* transplantPanel() const { return transplant_; }
+    ModelWorker* worker() const { return worker_; }
+    QString lastError() const { return lastError_; }
+
+signals:
+    void analysisShown();                         // the views show a new analysis
+    void transplantShown();
+    void taskFailed(const QString& message);
+
+protected:
+    void closeEvent(QCloseEvent* event) override;
+
+private:
+    void setupWorker();
+    void setupDocks();
+    void setupMenus();
+    void setupStatusBar();
+    void connectViews();
+    void restoreSettings();
+    void rememberRecent(const QString& path);
+    void rebuildRecentMenu();
+    void showError(const QString& title, const QString& message);
+    void showAbout();
+    void chooseBatchRun();
+
+    QThread workerThread_;
+    ModelWorker* worker_ = nullptr;
+    QTabWidget* tabs_ = nullptr;
+    LedgerPage* ledger_ = nullptr;
+    SessionPage* session_ = nullptr;
+    DecodeCompareView* decodes_ = nullptr;
+    KvHeatmapView* heatmap_ = nullptr;
+    TransplantPanel* transplant_ = nullptr;
+    QMenu* recentMenu_ = nullptr;
+    QMenu* viewMenu_ = nullptr;
+    QLabel* modelLabel_ = nullptr;
+    QLabel* taskLabel_ = nullptr;
+    QProgressBar* progress_ = nullptr;
+    QToolButton* cancelButton_ = nullptr;
+    quint64 analysisJob_ = 0, transplantJob_ = 0;
+    QString lastError_;
+    bool dark_ = false;
+};
+
+}  // namespace kvscope::widgets

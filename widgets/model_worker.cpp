@@ -1,0 +1,285 @@
+// libtorch's headers come before any Qt header: Qt's `slots` / `signals` keyword macros would
+// otherwise rewrite identifiers inside them (c10::ivalue::Object::slots()).
+#include "experiments/protocols.h"
+#include "experiments/runner.h"
+
+#include "core/cache/constructions.h"
+#include "core/cache/transplant.h"
+#include "core/decode/generator.h"
+#include "core/model/transformer.h"
+#include "core/text/tokenizer.h"
+#include "core/util/error.h"
+
+#include "widgets/model_worker.h"
+
+#include <QMetaObject>
+
+#include <map>
+#include <optional>
+
+namespace kvscope::widgets {
+
+using experiments::ExperimentConfig;
+using experiments::ItemContext;
+
+namespace {
+int firstDifference(const std::vector<TokenView>& a, const std::vector<TokenView>& b) {
+    const std::size_t n = std::min(a.size(), b.size());
+    for (std::size_t i = 0; i < n; ++i)
+        if (a[i].id != b[i].id) return static_cast<int>(i);
+    return a.size() == b.size() ? -1 : static_cast<int>(n);
+}
+}  // namespace
+
+// Everything here lives in the worker thread.
+struct ModelWorker::State {
+    // The current model context: an experiment configuration (a run's, or a session's defaults),
+    // its models by dtype and its tokenizer.
+    std::optional<ExperimentConfig> config;
+    std::unique_ptr<experiments::ModelPool> models;
+    std::optional<Tokenizer> tokenizer;
+    std::string contextKey;  // run id or "session:" + dir + dtype
+    // The last analysed boundary, for transplants.
+    std::optional<experiments::BoundaryState> boundary;
+    AnalysisView lastAnalysis;
+
+    ItemContext context() {
+        return ItemContext{*config, *tokenizer, [this](const std::string& d) -> const Transformer& { return models->get(d); }, ""};
+    }
+    const Transformer& mainModel() { return models->get(config->dtypes.front()); }
+
+    void useConfig(ExperimentConfig c, const std::string& key) {
+        if (key == contextKey) return;
+        boundary.reset();
+        contextKey.clear();
+        models = std::make_unique<experiments::ModelPool>(c.modelDir, c.device);
+        models->get(c.dtypes.front());  // config.json and weights first: their errors say the most
+        tokenizer = Tokenizer::fromModelDir(c.modelDir);
+        config = std::move(c);
+        contextKey = key;
+    }
+
+    QString tokenText(int64_t id) const { return QString::fromStdString(tokenizer->decode({id})); }
+
+    TokenView view(int64_t id) const { return TokenView{id, tokenText(id), false, 0, 0, {}}; }
+
+    TokenView view(const StepRecord& s) const {
+        TokenView t = view(s.id);
+        t.hasStep = true;
+        t.logprob = s.logprob;
+        t.margin = s.margin;
+        for (const TopEntry& e : s.top) t.top.append({QStringLiteral("%1 [%2]").arg(tokenText(e.id)).arg(e.id), e.logit});
+        return t;
+    }
+
+    SideView side(const QString& label, const GenerationResult& r) const {
+        SideView s{label, {}};
+        for (const StepRecord& step : r.steps) s.tokens.push_back(view(step));
+        return s;
+    }
+
+    // Fills the views of the current boundary state into `v` and keeps it for transplants.
+    AnalysisView finish(AnalysisView v) {
+        const experiments::BoundaryState& b = *boundary;
+        for (int64_t id : b.prefix) v.prefix.push_back(view(id));
+        v.promptLength = static_cast<int>(b.prompt.size());
+        v.live = side(QObject::tr("live"), b.liveSuffix);
+        v.prefill = side(QObject::tr("prefill"), b.prefillSuffix);
+        v.firstDivergence = firstDifference(v.live.tokens, v.prefill.tokens);
+        v.diff = diffCaches(b.live, b.prefill);
+        v.layers = static_cast<int>(config->dtypes.empty() ? 0 : mainModel().config().numLayers);
+        lastAnalysis = v;
+        return v;
+    }
+};
+
+namespace {
+
+// The session's experiment settings: the defaults of an experiment file, on the chosen model.
+ExperimentConfig sessionConfig(const std::string& dir, const std::string& dtype, int maxNewTokens) {
+    ExperimentConfig c;
+    c.name = "session";
+    c.modelDir = dir;
+    c.dtypes = {dtype};
+    c.maxNewTokens = maxNewTokens;
+    return c;
+}
+
+}  // namespace
+
+QString verdictOf(const std::vector<TokenView>& result, const std::vector<TokenView>& donor,
+                  const std::vector<TokenView>& recipient, int* splitFromDonor) {
+    const int fromDonor = firstDifference(result, donor);
+    if (splitFromDonor) *splitFromDonor = fromDonor;
+    if (fromDonor < 0) return QObject::tr("follows donor");
+    if (firstDifference(result, recipient) < 0) return QObject::tr("follows recipient");
+    return QObject::tr("neither");
+}
+
+void registerWorkerMetaTypes() {
+    qRegisterMetaType<TokenView>();
+    qRegisterMetaType<ModelSummary>();
+    qRegisterMetaType<AnalysisView>();
+    qRegisterMetaType<TransplantView>();
+    qRegisterMetaType<SessionDecode>();
+}
+
+ModelWorker::ModelWorker() : state_(std::make_unique<State>()) { registerWorkerMetaTypes(); }
+ModelWorker::~ModelWorker() = default;
+
+void ModelWorker::post(const QString& task, std::function<void()> work) {
+    QMetaObject::invokeMethod(this, [this, task, work = std::move(work)] {
+        cancel_.store(false);
+        busy_.store(true);
+        emit started(task);
+        // Guards are thread-local: created here, in the thread that runs the model.
+        torch::NoGradGuard noGrad;
+        try {
+            work();
+            emit finished(task);
+        } catch (const std::exception& e) {
+            emit failed(task, QString::fromStdString(e.what()));
+        }
+        busy_.store(false);
+    }, Qt::QueuedConnection);
+}
+
+void ModelWorker::openModel(const QString& dir, const QString& dtype) {
+    post(tr("open model"), [this, dir = dir.toStdString(), dtype = dtype.toStdString()] {
+        state_->useConfig(sessionConfig(dir, dtype, 64), "session:" + dir + ":" + dtype);
+        const Transformer& m = state_->mainModel();
+        ModelSummary s;
+        s.dir = QString::fromStdString(dir);
+        s.dtype = QString::fromStdString(dtypeName(m.dtype()));
+        s.device = QString::fromStdString(m.device().str());
+        s.architecture = QString::fromStdString(architectureName(m.config().architecture));
+        s.layers = static_cast<int>(m.config().numLayers);
+        s.fingerprint = QString::fromStdString(m.fingerprint()).left(16);
+        emit modelOpened(s);
+    });
+}
+
+void ModelWorker::analyzeLedgerItem(quint64 job, const experiments::RunInfo& run, const experiments::ItemRecord& item) {
+    post(tr("analyse item"), [this, job, run, item] {
+        if (item.status != "done") throw UsageError("item " + item.itemId + " has no stage boundary: nothing to compare");
+        const auto& paths = run.manifest.at("paths");
+        ExperimentConfig c = ExperimentConfig::load(paths.at("experiment").get<std::string>());
+        c.modelDir = paths.at("model").get<std::string>();
+        state_->useConfig(std::move(c), run.runId);
+        const int64_t boundary = item.results.at("trace").at("boundary").get<int64_t>();
+        AnalysisView v;
+        v.job = job;
+        v.title = QString::fromStdString(item.itemId);
+        ItemContext ctx = state_->context();
+        if (item.results.contains("localize") && item.results["localize"].value("found", false)) {
+            const auto& l = item.results["localize"];  // {"layers": [lo..hi-1], "kv": "k" | "v" | "kv"}
+            TransplantSpec spec;
+            spec.parseKv(l.value("kv", std::string("kv")));
+            v.hasLocalize = true;
+            v.localizeLayers = l.at("layers").get<std::vector<int64_t>>();
+            v.localizeKeys = spec.keys;
+            v.localizeValues = spec.values;
+        }
+        state_->boundary = experiments::rebuildBoundary(ctx, item.trajectories.at("prompt"), item.trajectories.at("trace"), boundary);
+        // The rebuilt continuations must be the ledger's, or the views would explain something else.
+        if (state_->boundary->liveSuffix.ids != item.trajectories.at("suffix_live") ||
+            state_->boundary->prefillSuffix.ids != item.trajectories.at("suffix_prefill"))
+            throw UsageError("rebuilding item " + item.itemId + " does not reproduce the ledger's continuations "
+                             "(has the model or kvscope changed since the run? `kvscope audit` tells)");
+        emit analysisReady(state_->finish(std::move(v)));
+    });
+}
+
+void ModelWorker::decodeSession(quint64 job, const QString& promptText, const QString& promptIds, int maxNewTokens) {
+    post(tr("decode"), [this, job, text = promptText.toStdString(), ids = promptIds.toStdString(), maxNewTokens] {
+        if (!state_->config) throw UsageError("open a model first (File > Open model)");
+        state_->config->maxNewTokens = maxNewTokens;
+        const Transformer& m = state_->mainModel();
+        SessionDecode d;
+        d.job = job;
+        d.promptIds = ids.empty() ? state_->tokenizer->encode(text, true) : parseIdList(ids);
+        if (d.promptIds.empty()) throw UsageError("the prompt is empty: type text or paste ids");
+        for (int64_t id : d.promptIds) d.prompt.push_back(state_->view(id));
+        StopRules stops;
+        stops.maxNewTokens = maxNewTokens;
+        stops.eosIds = m.config().eosTokenIds;
+        const GenerationResult r = Generator(m).generate(d.promptIds, state_->config->sampling, stops,
+                                                         [&](const StepRecord& step, int64_t) {
+                                                             emit tokenDecoded(job, state_->view(step));
+                                                             return !cancel_.load();
+                                                         });
+        if (r.stopReason == StopReason::Cancelled) throw Cancelled("decode cancelled");
+        d.traceIds = r.ids;
+        for (const StepRecord& step : r.steps) d.trace.push_back(state_->view(step));
+        emit sessionDecoded(d);
+    });
+}
+
+void ModelWorker::analyzeSession(quint64 job, const std::vector<int64_t>& prompt, const std::vector<int64_t>& trace,
+                                 int boundary, int maxNewTokens) {
+    post(tr("compare at boundary"), [this, job, prompt, trace, boundary, maxNewTokens] {
+        if (!state_->config) throw UsageError("open a model first (File > Open model)");
+        state_->config->maxNewTokens = maxNewTokens;
+        ItemContext ctx = state_->context();
+        state_->boundary = experiments::rebuildBoundary(ctx, prompt, trace, boundary);
+        AnalysisView v;
+        v.job = job;
+        v.title = tr("session, boundary after %1 generated tokens").arg(boundary);
+        emit analysisReady(state_->finish(std::move(v)));
+    });
+}
+
+void ModelWorker::transplant(quint64 job, const TransplantRequest& request) {
+    post(tr("transplant"), [this, job, request] {
+        if (!state_->boundary) throw UsageError("select an item (or compare in the session) before transplanting");
+        const experiments::BoundaryState& b = *state_->boundary;
+        const KvCache& donor = request.intoPrefill ? b.live : b.prefill;
+        const KvCache& recipient = request.intoPrefill ? b.prefill : b.live;
+        // K and V layer sets may differ: splice keys, then values.
+        KvCache spliced = recipient.clone();
+        std::string what;
+        for (const bool keys : {true, false}) {
+            TransplantSpec spec;
+            spec.layers = keys ? request.keyLayers : request.valueLayers;
+            spec.keys = keys;
+            spec.values = !keys;
+            spec.positionBegin = request.positionBegin;
+            spec.positionEnd = request.positionEnd;
+            if (spec.layers.empty()) continue;
+            spliced = kvscope::transplant(spliced, donor, spec);
+            what += (what.empty() ? "" : " + ") + spec.describe();
+        }
+        ItemContext ctx = state_->context();
+        const GenerationResult r = experiments::continueWithRunRules(ctx, spliced, b.budget, [&](const StepRecord&, int64_t) {
+            return !cancel_.load();
+        });
+        if (r.stopReason == StopReason::Cancelled) throw Cancelled("transplant cancelled");
+        TransplantView v;
+        v.job = job;
+        v.description = QString::fromStdString((request.intoPrefill ? "prefill <- live: " : "live <- prefill: ") +
+                                               (what.empty() ? std::string("nothing transplanted") : what));
+        v.result = state_->side(v.description, r);
+        const AnalysisView& a = state_->lastAnalysis;
+        v.verdict = verdictOf(v.result.tokens, request.intoPrefill ? a.live.tokens : a.prefill.tokens,
+                              request.intoPrefill ? a.prefill.tokens : a.live.tokens, &v.splitFromDonor);
+        emit transplantReady(v);
+    });
+}
+
+void ModelWorker::runBatch(const QString& experimentFile, const QString& ledgerPath) {
+    post(tr("batch run"), [this, experimentFile, ledgerPath] {
+        const ExperimentConfig config = ExperimentConfig::load(experimentFile.toStdString());
+        experiments::RunOptions options;
+        options.ledgerPath = ledgerPath.toStdString();
+        const auto summary = experiments::runExperiment(config, options, [this](const experiments::RunProgress& p) {
+            emit progress(static_cast<int>(p.done), static_cast<int>(p.total),
+                          tr("item %1 (%2 tok/s)").arg(QString::fromStdString(p.currentItem)).arg(p.tokensPerSecond, 0, 'f', 1));
+        }, cancel_);
+        emit batchFinished(ledgerPath, tr("%1 items run in %2 s%3")
+                                           .arg(summary.ran)
+                                           .arg(summary.seconds, 0, 'f', 1)
+                                           .arg(summary.interrupted ? tr(" (cancelled; run again to resume)") : QString()));
+    });
+}
+
+}  // namespace kvscope::widgets

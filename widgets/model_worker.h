@@ -1,0 +1,128 @@
+#pragma once
+// The one worker that owns models and runs everything slow, in its own thread: opening a model,
+// rebuilding an item's live and prefill caches and their continuations, transplants, interactive
+// decodes and whole batch runs. The GUI talks to it through thread-safe request methods (each posts
+// the job into the worker's thread) and hears back through signals carrying plain value snapshots
+// (no torch types cross into widget code). Cancellation is cooperative: a flag checked per token
+// and between batch items.
+#include "experiments/ledger.h"
+
+#include "core/cache/cache_diff.h"
+
+#include <QObject>
+#include <QString>
+#include <QStringList>
+#include <QVector>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace kvscope::widgets {
+
+struct TokenView {
+    int64_t id = 0;
+    QString text;
+    bool hasStep = false;         // prompt and prefix tokens have no step data
+    double logprob = 0, margin = 0;
+    QVector<QPair<QString, double>> top;  // best alternatives: (text [id], logit)
+};
+
+struct SideView {
+    QString label;                // "live", "prefill", "prefill <- live (layers 0-3, kv)"
+    std::vector<TokenView> tokens;
+};
+
+// An item (from a ledger or the interactive session) analysed at its stage boundary.
+struct AnalysisView {
+    quint64 job = 0;
+    QString title;
+    std::vector<TokenView> prefix;  // prompt + trace[0:boundary]
+    int promptLength = 0;           // prefix[0:promptLength] is the prompt
+    SideView live, prefill;
+    int firstDivergence = -1;       // in the continuations, -1 when equal
+    CacheDiff diff;                 // live vs prefill caches at the boundary
+    int layers = 0;
+    // The ledger's localize result (the smallest sufficient layer range), if there is one.
+    bool hasLocalize = false;
+    std::vector<int64_t> localizeLayers;
+    bool localizeKeys = false, localizeValues = false;
+};
+
+struct TransplantRequest {
+    bool intoPrefill = true;        // true: prefill <- live (donor live); false: live <- prefill
+    std::vector<int64_t> keyLayers, valueLayers;
+    int64_t positionBegin = 0, positionEnd = -1;
+};
+
+struct TransplantView {
+    quint64 job = 0;
+    QString description;
+    SideView result;
+    QString verdict;                // "follows donor", "follows recipient", "neither"
+    int splitFromDonor = -1;        // first index where the result leaves the donor's continuation
+};
+
+struct ModelSummary {
+    QString dir, dtype, device, architecture, fingerprint;
+    int layers = 0;
+};
+
+// Interactive decode result: the prompt ids and the generated trace with its steps.
+struct SessionDecode {
+    quint64 job = 0;
+    std::vector<int64_t> promptIds, traceIds;
+    std::vector<TokenView> prompt, trace;
+};
+
+QString verdictOf(const std::vector<TokenView>& result, const std::vector<TokenView>& donor,
+                  const std::vector<TokenView>& recipient, int* splitFromDonor);
+
+class ModelWorker : public QObject {
+    Q_OBJECT
+public:
+    ModelWorker();
+    ~ModelWorker() override;
+
+    // Thread-safe requests: each runs later in the worker's thread. `job` ids let the GUI drop
+    // results that a newer request has made stale.
+    void openModel(const QString& dir, const QString& dtype);
+    void analyzeLedgerItem(quint64 job, const experiments::RunInfo& run, const experiments::ItemRecord& item);
+    void decodeSession(quint64 job, const QString& promptText, const QString& promptIds, int maxNewTokens);
+    void analyzeSession(quint64 job, const std::vector<int64_t>& prompt, const std::vector<int64_t>& trace,
+                        int boundary, int maxNewTokens);
+    void transplant(quint64 job, const TransplantRequest& request);
+    void runBatch(const QString& experimentFile, const QString& ledgerPath);
+    void cancel() { cancel_.store(true); }  // any thread
+    bool busy() const { return busy_.load(); }
+
+signals:
+    void started(const QString& task);
+    void progress(int done, int total, const QString& message);
+    void tokenDecoded(quint64 job, const kvscope::widgets::TokenView& token);
+    void modelOpened(const kvscope::widgets::ModelSummary& model);
+    void analysisReady(const kvscope::widgets::AnalysisView& analysis);
+    void transplantReady(const kvscope::widgets::TransplantView& result);
+    void sessionDecoded(const kvscope::widgets::SessionDecode& decode);
+    void batchFinished(const QString& ledgerPath, const QString& summary);
+    void finished(const QString& task);
+    void failed(const QString& task, const QString& message);
+
+private:
+    void post(const QString& task, std::function<void()> work);
+    struct State;  // models, tokenizer, the last boundary state; touched only in the worker thread
+    std::unique_ptr<State> state_;
+    std::atomic<bool> cancel_{false};
+    std::atomic<bool> busy_{false};
+};
+
+void registerWorkerMetaTypes();  // once, before connecting queued signals
+
+}  // namespace kvscope::widgets
+
+Q_DECLARE_METATYPE(kvscope::widgets::TokenView)
+Q_DECLARE_METATYPE(kvscope::widgets::ModelSummary)
+Q_DECLARE_METATYPE(kvscope::widgets::AnalysisView)
+Q_DECLARE_METATYPE(kvscope::widgets::TransplantView)
+Q_DECLARE_METATYPE(kvscope::widgets::SessionDecode)
