@@ -212,8 +212,9 @@ BoundaryState rebuildBoundary(const ItemContext& ctx, const std::vector<int64_t>
     return b;
 }
 
-GenerationResult continueWithRunRules(const ItemContext& ctx, const KvCache& cache, int64_t budget, const TokenCallback& onToken) {
-    const Transformer& m = ctx.model(ctx.config.dtypes.front());
+GenerationResult continueWithRunRules(const ItemContext& ctx, const KvCache& cache, int64_t budget, const TokenCallback& onToken,
+                                      const std::string& dtype) {
+    const Transformer& m = ctx.model(dtype.empty() ? ctx.config.dtypes.front() : dtype);
     return continueFrom(m, cache, ctx.config.sampling, stopRules(ctx, m, budget), onToken);
 }
 

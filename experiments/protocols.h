@@ -53,8 +53,9 @@ struct BoundaryState {
 };
 BoundaryState rebuildBoundary(const ItemContext& ctx, const std::vector<int64_t>& prompt,
                               const std::vector<int64_t>& trace, int64_t boundary);
-// A continuation from any cache of that prefix (a transplant, say) under the run's rules.
+// A continuation from any cache of that prefix (a transplant, say) under the run's rules, by the
+// model of `dtype` (empty: the run's main precision), which must be the one that built the cache.
 GenerationResult continueWithRunRules(const ItemContext& ctx, const KvCache& cache, int64_t budget,
-                                      const TokenCallback& onToken = {});
+                                      const TokenCallback& onToken = {}, const std::string& dtype = "");
 
 }  // namespace kvscope::experiments

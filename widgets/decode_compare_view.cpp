@@ -4,7 +4,10 @@
 
 #include <qcustomplot.h>
 
+#include <QComboBox>
+#include <QHBoxLayout>
 #include <QLabel>
+#include <QPushButton>
 #include <QScrollBar>
 #include <QSplitter>
 #include <QVBoxLayout>
@@ -22,6 +25,7 @@ void DecodeCompareView::setupPanes() {
     summary_ = new QLabel(tr("Select an item in the ledger, or compare in the session."), this);
     summary_->setWordWrap(true);
     layout->addWidget(summary_);
+    layout->addWidget(setupSideSelector());
     auto* splitter = new QSplitter(Qt::Vertical, this);
     auto* panes = new QSplitter(Qt::Horizontal, splitter);
     live_ = new TokenPane(panes);
@@ -32,6 +36,55 @@ void DecodeCompareView::setupPanes() {
     splitter->setStretchFactor(0, 3);
     splitter->setStretchFactor(1, 1);
     layout->addWidget(splitter, 1);
+}
+
+QWidget* DecodeCompareView::setupSideSelector() {
+    auto* bar = new QWidget(this);
+    auto* row = new QHBoxLayout(bar);
+    row->setContentsMargins(0, 0, 0, 0);
+    auto constructionBox = [bar](const QString& initial) {
+        auto* box = new QComboBox(bar);
+        box->setEditable(true);  // chunked:N and incremental:K take any N, K
+        box->addItems({QStringLiteral("live"), QStringLiteral("prefill"), QStringLiteral("incremental"),
+                       QStringLiteral("incremental:0"), QStringLiteral("chunked:16")});
+        box->setCurrentText(initial);
+        return box;
+    };
+    auto dtypeBox = [this, bar] {
+        auto* box = new QComboBox(bar);
+        box->addItem(tr("run's precision"), QString());
+        box->addItem(QStringLiteral("bf16"), QStringLiteral("bf16"));
+        box->addItem(QStringLiteral("fp32"), QStringLiteral("fp32"));
+        return box;
+    };
+    constructionA_ = constructionBox(QStringLiteral("live"));
+    dtypeA_ = dtypeBox();
+    constructionB_ = constructionBox(QStringLiteral("prefill"));
+    dtypeB_ = dtypeBox();
+    compareButton_ = new QPushButton(tr("Compare"), bar);
+    compareButton_->setToolTip(tr("Rebuild the same prefix ids both ways, continue from each, and compare"));
+    row->addWidget(new QLabel(tr("Compare"), bar));
+    row->addWidget(constructionA_);
+    row->addWidget(dtypeA_);
+    row->addWidget(new QLabel(tr("with"), bar));
+    row->addWidget(constructionB_);
+    row->addWidget(dtypeB_);
+    row->addWidget(compareButton_);
+    row->addStretch(1);
+    connect(compareButton_, &QPushButton::clicked, this, &DecodeCompareView::requestCompare);
+    return bar;
+}
+
+void DecodeCompareView::setSides(const SideSpec& a, const SideSpec& b) {
+    constructionA_->setCurrentText(a.construction);
+    dtypeA_->setCurrentIndex(std::max(0, dtypeA_->findData(a.dtype)));
+    constructionB_->setCurrentText(b.construction);
+    dtypeB_->setCurrentIndex(std::max(0, dtypeB_->findData(b.dtype)));
+}
+
+void DecodeCompareView::requestCompare() {
+    emit compareRequested({constructionA_->currentText().trimmed(), dtypeA_->currentData().toString()},
+                          {constructionB_->currentText().trimmed(), dtypeB_->currentData().toString()});
 }
 
 void DecodeCompareView::setupPlot() {
@@ -73,17 +126,20 @@ std::vector<TokenCell> DecodeCompareView::cellsFor(const AnalysisView& a, const 
 void DecodeCompareView::showAnalysis(const AnalysisView& a) {
     analysis_ = a;
     divergence_ = a.firstDivergence;
-    live_->setCells(tr("live (cache built while decoding)"), cellsFor(a, a.live, divergence_));
-    prefill_->setCells(tr("prefill (one forward over the same ids)"), cellsFor(a, a.prefill, divergence_));
+    live_->setCells(a.live.label, cellsFor(a, a.live, divergence_));
+    prefill_->setCells(a.prefill.label, cellsFor(a, a.prefill, divergence_));
+    plot_->graph(0)->setName(a.live.label.section(QLatin1Char(' '), 0, 0));
+    plot_->graph(1)->setName(a.prefill.label.section(QLatin1Char(' '), 0, 0));
     transplant_->clearCells();
     transplant_->hide();
     const QString split = divergence_ < 0 ? tr("the continuations are identical (%1 tokens)").arg(a.live.tokens.size())
                                           : tr("the continuations split at step %1").arg(divergence_);
+    const QString caches = !a.diffNote.isEmpty() ? a.diffNote : a.diff.bitExact ? tr("bit-identical") : tr("differ");
     summary_->setText(tr("<b>%1</b>: prefix of %2 tokens (%3 prompt); %4. Caches: %5.")
                           .arg(a.title.toHtmlEscaped())
                           .arg(a.prefix.size())
                           .arg(a.promptLength)
-                          .arg(split, a.diff.bitExact ? tr("bit-identical") : tr("differ")));
+                          .arg(split, caches));
     plotMargins(a);
 }
 

@@ -6,8 +6,10 @@
 
 #include <QWidget>
 
+class QComboBox;
 class QCustomPlot;
 class QLabel;
+class QPushButton;
 
 namespace kvscope::widgets {
 
@@ -26,9 +28,16 @@ public:
     TokenPane* transplantPane() const { return transplant_; }
     QCustomPlot* marginPlot() const { return plot_; }
     int divergenceIndex() const { return divergence_; }  // in the continuations; -1 when equal
+    // The "compare any two" controls.
+    void setSides(const SideSpec& a, const SideSpec& b);
+    void requestCompare();
+
+signals:
+    void compareRequested(const kvscope::widgets::SideSpec& a, const kvscope::widgets::SideSpec& b);
 
 private:
     void setupPanes();
+    QWidget* setupSideSelector();
     void setupPlot();
     void syncScrolling();
     std::vector<struct TokenCell> cellsFor(const AnalysisView& a, const SideView& side, int highlight) const;
@@ -37,6 +46,8 @@ private:
     TokenPane *live_ = nullptr, *prefill_ = nullptr, *transplant_ = nullptr;
     QCustomPlot* plot_ = nullptr;
     QLabel* summary_ = nullptr;
+    QComboBox *constructionA_ = nullptr, *constructionB_ = nullptr, *dtypeA_ = nullptr, *dtypeB_ = nullptr;
+    QPushButton* compareButton_ = nullptr;
     AnalysisView analysis_;
     int divergence_ = -1;
 };

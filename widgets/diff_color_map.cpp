@@ -65,6 +65,7 @@ std::optional<DiffColorMap::Cell> DiffColorMap::cellAtPixel(const QPoint& pixel)
 }
 
 QString DiffColorMap::describeCell(const Cell& c) const {
+    if (describe_) return describe_(c);
     return tr("%1 %2, position %3: %4 = %5").arg(rowLabel_).arg(c.row).arg(c.position).arg(valueLabel_).arg(c.value, 0, 'g', 6);
 }
 

@@ -6,6 +6,7 @@
 
 #include <qcustomplot.h>
 
+#include <functional>
 #include <optional>
 
 namespace kvscope::widgets {
@@ -27,6 +28,8 @@ public:
     };
     std::optional<Cell> cellAtPixel(const QPoint& pixel) const;
     QString describeCell(const Cell& cell) const;  // the hover text
+    // Replaces the hover text (the heatmap lists every metric of the cell, not just the one drawn).
+    void setCellDescriber(std::function<QString(const Cell&)> describe) { describe_ = std::move(describe); }
 
 signals:
     void cellClicked(int64_t row, int64_t position);
@@ -40,6 +43,7 @@ private:
     HeatmapGrid grid_;
     DisplayGrid display_;
     QString rowLabel_, valueLabel_;
+    std::function<QString(const Cell&)> describe_;
 };
 
 }  // namespace kvscope::widgets

@@ -82,6 +82,10 @@ HeatmapGrid layerGrid(const CacheDiff& d, DiffMetric metric, KvComponent compone
     return g;
 }
 
+double layerCell(const CacheDiff& d, int64_t layer, int64_t position, DiffMetric metric, KvComponent component) {
+    return cell(d, layer, 0, d.heads, position, metric, component);
+}
+
 HeatmapGrid headGrid(const CacheDiff& d, int64_t layer, DiffMetric metric, KvComponent component) {
     HeatmapGrid g{d.heads, d.positions, std::vector<double>(static_cast<std::size_t>(d.heads * d.positions))};
     for (int64_t h = 0; h < d.heads; ++h)

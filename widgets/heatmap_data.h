@@ -29,6 +29,8 @@ struct HeatmapGrid {
 // root mean square of the per-head values, the differing fraction counts differing elements over
 // heads x head_dim. With Both, K and V are combined the same way (max, mean, RMS, pooled count).
 HeatmapGrid layerGrid(const CacheDiff& diff, DiffMetric metric, KvComponent component);
+// One cell of layerGrid without computing the grid (hover text).
+double layerCell(const CacheDiff& diff, int64_t layer, int64_t position, DiffMetric metric, KvComponent component);
 // Heads x positions of one layer (the per-head breakdown).
 HeatmapGrid headGrid(const CacheDiff& diff, int64_t layer, DiffMetric metric, KvComponent component);
 

@@ -43,6 +43,7 @@ void KvHeatmapView::setupControls() {
     map_ = new DiffColorMap(this);
     layout->addWidget(map_, 1);
 
+    map_->setCellDescriber([this](const DiffColorMap::Cell& c) { return describeCell(c.row, c.position); });
     connect(metricBox_, &QComboBox::currentIndexChanged, this, &KvHeatmapView::refresh);
     connect(componentBox_, &QComboBox::currentIndexChanged, this, &KvHeatmapView::refresh);
     connect(logBox_, &QCheckBox::toggled, this, &KvHeatmapView::refresh);
@@ -81,6 +82,18 @@ void KvHeatmapView::refresh() {
                                      : tr("%1: %2 of %3 layers differ; first difference at layer %4, position %5. Click a cell for its heads.")
                                            .arg(title_).arg(layersDiffering).arg(diff_.layers)
                                            .arg(diff_.firstDifference->first).arg(diff_.firstDifference->second));
+}
+
+QString KvHeatmapView::describeCell(int64_t layer, int64_t position) const {
+    // Every metric for K and V at full resolution, whatever the picture shows.
+    QString text = tr("<b>layer %1, position %2</b><table><tr><th></th><th>K</th><th>V</th></tr>").arg(layer).arg(position);
+    for (DiffMetric m : {DiffMetric::MaxAbs, DiffMetric::MeanAbs, DiffMetric::RelativeL2, DiffMetric::DifferingFraction}) {
+        const double k = layerCell(diff_, layer, position, m, KvComponent::Keys);
+        const double v = layerCell(diff_, layer, position, m, KvComponent::Values);
+        text += QStringLiteral("<tr><td>%1</td><td align=right>%2</td><td align=right>%3</td></tr>")
+                    .arg(QString::fromLatin1(metricName(m))).arg(k, 0, 'g', 5).arg(v, 0, 'g', 5);
+    }
+    return text + QStringLiteral("</table>");
 }
 
 QWidget* KvHeatmapView::openHeadBreakdown(int64_t layer) {

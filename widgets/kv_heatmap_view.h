@@ -29,6 +29,7 @@ public:
     DiffColorMap* map() const { return map_; }
     const CacheDiff& diff() const { return diff_; }
 
+    QString describeCell(int64_t layer, int64_t position) const;  // the hover text
     // Returns the dialog it opened (owned by this view), for tests.
     QWidget* openHeadBreakdown(int64_t layer);
     bool exportTo(const QString& path);  // .png, .pdf or .csv by extension

@@ -199,9 +199,12 @@ void MainWindow::connectViews() {
     connect(worker_, &ModelWorker::analysisReady, this, [this](const AnalysisView& a) {
         if (a.job != analysisJob_) return;
         decodes_->showAnalysis(a);
-        heatmap_->setDiff(a.diff, a.title);
-        transplant_->setAnalysis(a);
+        heatmap_->setDiff(a.diff, a.diffNote.isEmpty() ? a.title : a.diffNote);
+        if (a.liveVsPrefill) transplant_->setAnalysis(a);  // transplants splice the live and prefill caches
         emit analysisShown();
+    });
+    connect(decodes_, &DecodeCompareView::compareRequested, this, [this](const SideSpec& a, const SideSpec& b) {
+        worker_->compareSides(++analysisJob_, a, b);
     });
     connect(transplant_, &TransplantPanel::transplantRequested, this, [this](const TransplantRequest& r) {
         worker_->transplant(++transplantJob_, r);

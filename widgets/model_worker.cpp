@@ -83,8 +83,8 @@ struct ModelWorker::State {
         const experiments::BoundaryState& b = *boundary;
         for (int64_t id : b.prefix) v.prefix.push_back(view(id));
         v.promptLength = static_cast<int>(b.prompt.size());
-        v.live = side(QObject::tr("live"), b.liveSuffix);
-        v.prefill = side(QObject::tr("prefill"), b.prefillSuffix);
+        v.live = side(QObject::tr("live (cache built while decoding)"), b.liveSuffix);
+        v.prefill = side(QObject::tr("prefill (one forward over the same ids)"), b.prefillSuffix);
         v.firstDivergence = firstDifference(v.live.tokens, v.prefill.tokens);
         v.diff = diffCaches(b.live, b.prefill);
         v.layers = static_cast<int>(config->dtypes.empty() ? 0 : mainModel().config().numLayers);
@@ -122,6 +122,7 @@ void registerWorkerMetaTypes() {
     qRegisterMetaType<AnalysisView>();
     qRegisterMetaType<TransplantView>();
     qRegisterMetaType<SessionDecode>();
+    qRegisterMetaType<SideSpec>();
 }
 
 ModelWorker::ModelWorker() : state_(std::make_unique<State>()) { registerWorkerMetaTypes(); }
@@ -263,6 +264,39 @@ void ModelWorker::transplant(quint64 job, const TransplantRequest& request) {
         v.verdict = verdictOf(v.result.tokens, request.intoPrefill ? a.live.tokens : a.prefill.tokens,
                               request.intoPrefill ? a.prefill.tokens : a.live.tokens, &v.splitFromDonor);
         emit transplantReady(v);
+    });
+}
+
+void ModelWorker::compareSides(quint64 job, const SideSpec& a, const SideSpec& b) {
+    post(tr("compare"), [this, job, a, b] {
+        if (!state_->boundary) throw UsageError("select an item (or compare in the session) first");
+        const experiments::BoundaryState& bs = *state_->boundary;
+        ItemContext ctx = state_->context();
+        const auto P = static_cast<int64_t>(bs.prompt.size());
+        auto build = [&](const SideSpec& spec, KvCache& cache) {
+            const std::string dtype = spec.dtype.isEmpty() ? state_->config->dtypes.front() : spec.dtype.toStdString();
+            cache = buildCache(state_->models->get(dtype), bs.prefix, Construction::parse(spec.construction.toStdString()), P);
+            const GenerationResult r = experiments::continueWithRunRules(ctx, cache, bs.budget, [&](const StepRecord&, int64_t) {
+                return !cancel_.load();
+            }, dtype);
+            if (r.stopReason == StopReason::Cancelled) throw Cancelled("comparison cancelled");
+            return state_->side(QStringLiteral("%1 \u00b7 %2").arg(QString::fromStdString(cache.construction()),
+                                                                    QString::fromStdString(dtype)), r);
+        };
+        KvCache cacheA, cacheB;
+        AnalysisView v;
+        v.job = job;
+        v.liveVsPrefill = false;
+        v.title = state_->lastAnalysis.title;
+        v.prefix = state_->lastAnalysis.prefix;
+        v.promptLength = state_->lastAnalysis.promptLength;
+        v.layers = state_->lastAnalysis.layers;
+        v.live = build(a, cacheA);
+        v.prefill = build(b, cacheB);
+        v.firstDivergence = firstDifference(v.live.tokens, v.prefill.tokens);
+        if (cacheA.dtype() == cacheB.dtype()) v.diff = diffCaches(cacheA, cacheB);
+        else v.diffNote = tr("the two sides use different precisions: no element-wise cache difference");
+        emit analysisReady(v);
     });
 }
 

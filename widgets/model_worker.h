@@ -44,10 +44,19 @@ struct AnalysisView {
     int firstDivergence = -1;       // in the continuations, -1 when equal
     CacheDiff diff;                 // live vs prefill caches at the boundary
     int layers = 0;
+    bool liveVsPrefill = true;      // false: a chosen pair of constructions / precisions
+    QString diffNote;               // why there is no element-wise diff (precisions differ), if so
     // The ledger's localize result (the smallest sufficient layer range), if there is one.
     bool hasLocalize = false;
     std::vector<int64_t> localizeLayers;
     bool localizeKeys = false, localizeValues = false;
+};
+
+// One side of a comparison at the boundary: how its cache is built over the same prefix ids
+// ("live", "prefill", "incremental[:K]", "chunked:N") and in which precision (empty: the run's).
+struct SideSpec {
+    QString construction = QStringLiteral("live");
+    QString dtype;
 };
 
 struct TransplantRequest {
@@ -93,6 +102,8 @@ public:
     void analyzeSession(quint64 job, const std::vector<int64_t>& prompt, const std::vector<int64_t>& trace,
                         int boundary, int maxNewTokens);
     void transplant(quint64 job, const TransplantRequest& request);
+    // Any two constructions or precisions over the current boundary's prefix, continued and compared.
+    void compareSides(quint64 job, const SideSpec& a, const SideSpec& b);
     void runBatch(const QString& experimentFile, const QString& ledgerPath);
     void cancel() { cancel_.store(true); }  // any thread
     bool busy() const { return busy_.load(); }
@@ -126,3 +137,4 @@ Q_DECLARE_METATYPE(kvscope::widgets::ModelSummary)
 Q_DECLARE_METATYPE(kvscope::widgets::AnalysisView)
 Q_DECLARE_METATYPE(kvscope::widgets::TransplantView)
 Q_DECLARE_METATYPE(kvscope::widgets::SessionDecode)
+Q_DECLARE_METATYPE(kvscope::widgets::SideSpec)

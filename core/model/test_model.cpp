@@ -4,6 +4,7 @@
 #include "core/model/safetensors.h"
 #include "core/text/bpe_trainer.h"
 #include "core/util/error.h"
+#include "core/util/hash.h"
 
 #include <ATen/Parallel.h>
 
@@ -25,12 +26,7 @@ const char* const kTokenizerCorpus =
     "prefix. They compared the two continuations and found that they were not the same.\n"
     "def add(a, b):\n    return a + b\n\nfor i in range(10):\n    print(i * i)\n";
 
-std::uint64_t mix(std::uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
+std::uint64_t mix(std::uint64_t x) { return splitmix64(x); }
 
 // Uniform values with the given standard deviation, a pure function of (seed, tensor, element), so
 // the result does not depend on libtorch's generators or on thread count.

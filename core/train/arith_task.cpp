@@ -1,6 +1,7 @@
 #include "core/train/arith_task.h"
 
 #include "core/util/error.h"
+#include "core/util/hash.h"
 
 #include <nlohmann/json.hpp>
 
@@ -11,12 +12,7 @@
 namespace kvscope::train {
 namespace {
 
-std::uint64_t mix(std::uint64_t x) {  // splitmix64 finaliser: a good hash of one 64-bit word
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
+std::uint64_t mix(std::uint64_t x) { return splitmix64(x); }
 
 // A tiny counter-based generator: the same numbers on every platform and standard library (unlike
 // std::uniform_int_distribution, whose algorithm is implementation-defined).

@@ -216,7 +216,8 @@ TEST_F(MainWindowTest, ShowsWhatTheLedgerSaysForTheSelectedItem) {
     int divergentShown = 0;
     for (const auto& record : f.items) {
         if (record.status != "done") continue;
-        divergentShown += item_results::divergent(record);
+        const bool divergent = item_results::divergent(record);
+        divergentShown += divergent;
         QSignalSpy shown(&window, &MainWindow::analysisShown);
         ASSERT_TRUE(window.selectItem(QString::fromStdString(record.itemId)));
         ASSERT_TRUE(waitFor([&] { return shown.count() > 0 || !window.lastError().isEmpty(); })) << record.itemId;
@@ -252,6 +253,7 @@ TEST_F(MainWindowTest, ShowsWhatTheLedgerSaysForTheSelectedItem) {
         double want = 0;
         for (int64_t h = 0; h < expected.heads; ++h) want = std::max(want, static_cast<double>(expected.keys.maxAbs[expected.at(l, h, p)]));
         EXPECT_DOUBLE_EQ(grid.value(l, p), want);
+        EXPECT_NE(heatmap->describeCell(l, p).indexOf(QString::number(want, 'g', 5)), -1) << heatmap->describeCell(l, p).toStdString();
         QWidget* heads = heatmap->openHeadBreakdown(l);
         ASSERT_NE(heads, nullptr);
         EXPECT_EQ(heads->findChild<DiffColorMap*>()->grid().rows, model.config().numKvHeads);
@@ -275,6 +277,25 @@ TEST_F(MainWindowTest, ShowsWhatTheLedgerSaysForTheSelectedItem) {
         ASSERT_TRUE(waitFor([&] { return none.count() > 0; }));
         const QString expectNone = ledgerDivergence < 0 ? QStringLiteral("follows donor") : QStringLiteral("follows recipient");
         EXPECT_NE(window.transplantPanel()->verdictText().indexOf(expectNone), -1) << window.transplantPanel()->verdictText().toStdString();
+
+        if (!divergent) continue;
+        // Any two constructions: live vs token-by-token after the prompt is the bridge, bit for bit.
+        QSignalSpy compared(&window, &MainWindow::analysisShown);
+        window.decodeView()->setSides({QStringLiteral("live"), {}}, {QStringLiteral("incremental"), {}});
+        window.decodeView()->requestCompare();
+        ASSERT_TRUE(waitFor([&] { return compared.count() > 0 || !window.lastError().isEmpty(); }));
+        ASSERT_TRUE(window.lastError().isEmpty()) << window.lastError().toStdString();
+        EXPECT_TRUE(window.heatmapView()->diff().bitExact);
+        EXPECT_EQ(window.decodeView()->divergenceIndex(), -1);
+        EXPECT_NE(window.decodeView()->prefillPane()->cells().size(), 0u);
+        // Different precisions: continuations compared, no element-wise diff (and no crash).
+        QSignalSpy mixed(&window, &MainWindow::analysisShown);
+        window.decodeView()->setSides({QStringLiteral("prefill"), QStringLiteral("bf16")}, {QStringLiteral("prefill"), QStringLiteral("fp32")});
+        window.decodeView()->requestCompare();
+        ASSERT_TRUE(waitFor([&] { return mixed.count() > 0 || !window.lastError().isEmpty(); }));
+        ASSERT_TRUE(window.lastError().isEmpty()) << window.lastError().toStdString();
+        EXPECT_EQ(window.heatmapView()->diff().layers, 0);
+        break;  // one divergent item exercises the comparison controls
     }
     EXPECT_GT(divergentShown, 0);
 }
@@ -342,6 +363,68 @@ TEST_F(MainWindowTest, EventLoopTurnsWhileTheWorkerDecodesAndCancelStopsIt) {
     ASSERT_TRUE(waitFor([&] { return failed.count() > 0 || decoded.count() > 1; }, 30000));
     ASSERT_EQ(failed.count(), 1);
     EXPECT_NE(failed.front().front().toString().indexOf(QStringLiteral("cancelled")), -1);
+}
+
+TEST_F(MainWindowTest, RemembersThemeRecentFilesAndLastLedger) {
+    const LedgerFixture& f = ledgerFixture();
+    {
+        MainWindow window;
+        ASSERT_TRUE(window.openLedger(QString::fromStdString(f.ledger)));
+        window.setDarkTheme(true);
+        window.close();
+    }
+    QSettings settings;
+    EXPECT_EQ(settings.value(QStringLiteral("lastLedger")).toString(), QString::fromStdString(f.ledger));
+    EXPECT_TRUE(settings.value(QStringLiteral("darkTheme")).toBool());
+    EXPECT_EQ(settings.value(QStringLiteral("recentFiles")).toStringList().front(), QString::fromStdString(f.ledger));
+    EXPECT_FALSE(settings.value(QStringLiteral("windowState")).toByteArray().isEmpty());
+    MainWindow again;  // restores the dark palette
+    EXPECT_LT(qApp->palette().color(QPalette::Window).lightness(), 100);
+    again.setDarkTheme(false);
+}
+
+TEST_F(MainWindowTest, BatchRunFromTheWindowWritesTheLedgerTheCliWrites) {
+    const LedgerFixture& f = ledgerFixture();
+    test::TempDir dir;
+    // Two items of the fixture's experiment, once through the window's worker, once through the CLI.
+    std::string toml = test::readTextFile(f.experiment);
+    const std::string datasetLine = toml.substr(toml.find("path = "), toml.find('\n', toml.find("path = ")) - toml.find("path = "));
+    std::string lines = test::readTextFile(test::testDataDir() + "/../../experiments/data/arith12.jsonl");
+    lines = lines.substr(0, lines.find('\n', lines.find('\n') + 1) + 1);
+    test::writeTextFile(dir.file("two.jsonl"), lines);
+    toml.replace(toml.find(datasetLine), datasetLine.size(), "path = \"" + dir.file("two.jsonl") + "\"");
+    toml.replace(toml.find("dir = \"model\""), 13, "dir = \"" + f.model + "\"");
+    test::writeTextFile(dir.file("two.toml"), toml);
+
+    MainWindow window;
+    QSignalSpy finished(window.worker(), &ModelWorker::batchFinished);
+    QSignalSpy progress(window.worker(), &ModelWorker::progress);
+    window.runBatch(QString::fromStdString(dir.file("two.toml")), QString::fromStdString(dir.file("gui.db")));
+    ASSERT_TRUE(waitFor([&] { return finished.count() > 0 || !window.lastError().isEmpty(); }));
+    ASSERT_TRUE(window.lastError().isEmpty()) << window.lastError().toStdString();
+    EXPECT_GE(progress.count(), 2);
+    EXPECT_EQ(window.ledgerPage()->itemModel()->rowCount(), 2) << "the finished ledger is opened";
+    const auto cli = test::runCli("run " + dir.file("two.toml") + " --ledger " + dir.file("cli.db"));
+    ASSERT_EQ(cli.exitCode, 0) << cli.err;
+    const experiments::Ledger gui(dir.file("gui.db")), reference(dir.file("cli.db"));
+    ASSERT_EQ(gui.runs().front().runId, reference.runs().front().runId) << "same manifest, same run id";
+    const auto a = gui.items(gui.runs().front().runId), b = reference.items(reference.runs().front().runId);
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        EXPECT_EQ(a[i].trajectories, b[i].trajectories);
+        EXPECT_EQ(a[i].fingerprints, b[i].fingerprints);
+        EXPECT_EQ(a[i].results, b[i].results);
+    }
+
+    // Cancel between items: a batch stops and says how to resume.
+    QSignalSpy cancelled(window.worker(), &ModelWorker::batchFinished);
+    QSignalSpy started(window.worker(), &ModelWorker::started);
+    window.runBatch(QString::fromStdString(f.experiment), QString::fromStdString(dir.file("cancelled.db")));
+    ASSERT_TRUE(waitFor([&] { return started.count() > 0; }));
+    window.worker()->cancel();
+    ASSERT_TRUE(waitFor([&] { return cancelled.count() > 0; }));
+    EXPECT_LT(experiments::Ledger(dir.file("cancelled.db")).runs().front().itemsDone, 12);
+    EXPECT_NE(cancelled.front().at(1).toString().indexOf(QStringLiteral("resume")), -1) << cancelled.front().at(1).toString().toStdString();
 }
 
 TEST(GuiCommandLine, ScreenshotOfTheMainWindowWithALedger) {
