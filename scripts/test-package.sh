@@ -33,5 +33,5 @@ for f in /usr/share/applications/io.github.kvscope.kvscope.desktop /usr/share/me
          /usr/share/icons/hicolor/scalable/apps/io.github.kvscope.kvscope.svg; do
   [ -f "$f" ] || { echo "test-package: $f is missing" >&2; exit 1; }
 done
-rm -rf "$work"
+cd / && rm -rf "$work"
 echo "test-package: installed package OK (kvscope demo, kvscope-gui --screenshot, desktop entry, metainfo, icon)"
