@@ -201,8 +201,10 @@ void writeModelCard(const fs::path& dir, const DemoRecipe& r, const ModelConfig&
         << " test items and `validation.jsonl` " << r.validationItems << ".\n\n"
         << "## Model\n\n" << parameters << " parameters: hidden " << c.hiddenSize << ", " << c.numLayers
         << " layers, " << c.numHeads << " heads (" << c.numKvHeads << " KV heads), intermediate "
-        << c.intermediateSize << ", vocabulary " << c.vocabSize << " (byte-level BPE, 256 bytes + "
-        << r.bpeMerges << " merges + 3 specials). Weights stored in bf16.\n\n"
+        << c.intermediateSize << ", vocabulary " << c.vocabSize << " (byte-level BPE: 256 bytes + "
+        << c.vocabSize - 256 - static_cast<int64_t>(kSpecialTokens.size()) << " merges learned, at most "
+        << r.bpeMerges << " asked; digits stay single tokens + " << kSpecialTokens.size()
+        << " specials). Weights stored in bf16.\n\n"
         << "## Recipe\n\n```json\n" << r.toJson().dump(2) << "\n```\n\n"
         << "AdamW (betas 0.9/0.95), linear warm-up then cosine decay to 10% of the peak rate, gradient "
            "clipping; loss on the completion tokens only; sequences packed into one row per step with a "
