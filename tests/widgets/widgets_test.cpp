@@ -287,6 +287,14 @@ TEST_F(MainWindowTest, ShowsWhatTheLedgerSaysForTheSelectedItem) {
         EXPECT_NE(window.transplantPanel()->verdictText().indexOf(expectNone), -1) << window.transplantPanel()->verdictText().toStdString();
 
         if (!divergent) continue;
+        // The localize preset selects exactly the ledger's sufficient layers.
+        if (record.results.contains("localize") && record.results["localize"].value("found", false)) {
+            window.transplantPanel()->applyLocalizePreset();
+            const auto layers = record.results["localize"]["layers"].get<std::vector<int64_t>>();
+            const std::string kv = record.results["localize"]["kv"].get<std::string>();
+            EXPECT_EQ(window.transplantPanel()->layers()->layersWithKeys(), kv == "v" ? std::vector<int64_t>{} : layers);
+            EXPECT_EQ(window.transplantPanel()->layers()->layersWithValues(), kv == "k" ? std::vector<int64_t>{} : layers);
+        }
         // Any two constructions: live vs token-by-token after the prompt is the bridge, bit for bit.
         QSignalSpy compared(&window, &MainWindow::analysisShown);
         window.decodeView()->setSides({QStringLiteral("live"), {}}, {QStringLiteral("incremental"), {}});
