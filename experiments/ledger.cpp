@@ -95,12 +95,15 @@ Ledger::Ledger(const std::string& path) : path_(path) {
         db_ = nullptr;
         throw FormatError(path + ": not a kvscope ledger (not a SQLite database, or unreadable)");
     }
-    Statement get(db_, "SELECT value FROM meta WHERE key='schema_version'", path_);
-    if (!get.step()) {
+    std::string version;
+    {  // the statement must be finalised before a refusal closes the connection, or close leaks it
+        Statement get(db_, "SELECT value FROM meta WHERE key='schema_version'", path_);
+        if (get.step()) version = get.text(0);
+    }
+    if (version.empty()) {
         Statement(db_, "INSERT INTO meta(key, value) VALUES('schema_version', ?)", path_).bind(1, std::to_string(kSchemaVersion)).step();
         return;
     }
-    const std::string version = get.text(0);
     if (version != std::to_string(kSchemaVersion)) {
         sqlite3_close(db_);
         db_ = nullptr;
