@@ -1,5 +1,7 @@
 #include "widgets/item_table_model.h"
 
+#include "widgets/json_path.h"
+
 namespace kvscope::widgets {
 
 using experiments::ItemRecord;
@@ -8,16 +10,8 @@ using nlohmann::json;
 namespace item_results {
 
 namespace {
-const json* find(const json& j, std::initializer_list<const char*> path) {
-    const json* at = &j;
-    for (const char* key : path) {
-        if (!at->is_object() || !at->contains(key)) return nullptr;
-        at = &(*at)[key];
-    }
-    return at;
-}
 std::optional<bool> flag(const ItemRecord& item, std::initializer_list<const char*> path) {
-    const json* j = find(item.results, path);
+    const json* j = jsonAt(item.results, path);
     return j && j->is_boolean() ? std::optional<bool>(j->get<bool>()) : std::nullopt;
 }
 }  // namespace
@@ -25,7 +19,7 @@ std::optional<bool> flag(const ItemRecord& item, std::initializer_list<const cha
 bool divergent(const ItemRecord& item) { return flag(item, {"matched", "suffix_equal"}) == false; }
 
 int firstDivergence(const ItemRecord& item) {
-    const json* j = find(item.results, {"matched", "first_divergence"});
+    const json* j = jsonAt(item.results, {"matched", "first_divergence"});
     return j && j->is_number_integer() ? j->get<int>() : -1;
 }
 
@@ -47,13 +41,15 @@ QString transplantVerdict(const ItemRecord& item) {
 
 namespace {
 QVariant yesNo(const json& results, std::initializer_list<const char*> path) {
-    const json* at = &results;
-    for (const char* key : path) {
-        if (!at->is_object() || !at->contains(key)) return {};
-        at = &(*at)[key];
-    }
-    if (!at->is_boolean()) return {};
+    const json* at = jsonAt(results, path);
+    if (!at || !at->is_boolean()) return {};
     return at->get<bool>() ? QObject::tr("yes") : QObject::tr("no");
+}
+
+// Top-1 minus top-2 logit on the live side at the first divergence, if recorded.
+const json* liveMarginAtDivergence(const ItemRecord& item) {
+    const json* m = jsonAt(item.results, {"matched", "at_divergence", "live", "margin"});
+    return m && m->is_number() ? m : nullptr;
 }
 }  // namespace
 
@@ -102,9 +98,8 @@ QVariant ItemTableModel::display(const ItemRecord& item, int column) const {
             return d < 0 ? QVariant() : QVariant(d);
         }
         case MarginColumn: {
-            if (item_results::firstDivergence(item) < 0) return {};
-            const json& m = r["matched"]["at_divergence"]["live"]["margin"];
-            return m.is_number() ? QVariant(QString::number(m.get<double>(), 'g', 4)) : QVariant();
+            const json* m = item_results::firstDivergence(item) < 0 ? nullptr : liveMarginAtDivergence(item);
+            return m ? QVariant(QString::number(m->get<double>(), 'g', 4)) : QVariant();
         }
         case CorrectLiveColumn: return yesNo(r, {"matched", "correct_live"});
         case CorrectPrefillColumn: return yesNo(r, {"matched", "correct_prefill"});
@@ -134,9 +129,8 @@ QVariant ItemTableModel::sortKey(const ItemRecord& item, int column) const {
         case IdColumn: return static_cast<qlonglong>(item.index);
         case FirstDivergenceColumn: return item_results::firstDivergence(item);
         case MarginColumn: {
-            const json& m = item.results.value("matched", json::object()).value("at_divergence", json::object());
-            return m.contains("live") && m["live"].contains("margin") && m["live"]["margin"].is_number()
-                       ? m["live"]["margin"].get<double>() : 1e300;
+            const json* m = liveMarginAtDivergence(item);
+            return m ? m->get<double>() : 1e300;
         }
         default: return display(item, column);
     }

@@ -1,6 +1,7 @@
 #include "widgets/main_window.h"
 
 #include "widgets/decode_compare_view.h"
+#include "widgets/json_path.h"
 #include "widgets/kv_heatmap_view.h"
 #include "widgets/ledger_page.h"
 #include "widgets/session_page.h"
@@ -191,9 +192,15 @@ void MainWindow::connectViews() {
         analysisJob_ += 1;
         decodes_->clear();
         heatmap_->clear();
-        const auto& paths = run.manifest["paths"];
-        modelLabel_->setText(tr("%1 \u00b7 %2 \u00b7 cpu").arg(QFileInfo(QString::fromStdString(paths.value("model", std::string()))).fileName(),
-                                                         QString::fromStdString(run.manifest["identity"]["config"]["model"]["dtypes"][0].get<std::string>())));
+        // model . dtype . device of the run, as its frozen manifest records them
+        auto text = [&](std::initializer_list<const char*> path) {
+            const nlohmann::json* v = jsonAt(run.manifest, path);
+            if (v && v->is_array() && !v->empty()) v = &v->front();  // dtypes: the main precision
+            return v && v->is_string() ? QString::fromStdString(v->get<std::string>()) : QString();
+        };
+        modelLabel_->setText(tr("%1 \u00b7 %2 \u00b7 %3")
+                                 .arg(QFileInfo(text({"paths", "model"})).fileName(), text({"identity", "config", "model", "dtypes"}),
+                                      text({"identity", "config", "model", "device"})));
         worker_->analyzeLedgerItem(analysisJob_, run, item);
     });
     connect(worker_, &ModelWorker::analysisReady, this, [this](const AnalysisView& a) {

@@ -1,5 +1,7 @@
 #include "widgets/run_table_model.h"
 
+#include "widgets/json_path.h"
+
 #include <QFileInfo>
 
 namespace kvscope::widgets {
@@ -36,11 +38,8 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const {
     if (role != Qt::DisplayRole && role != Qt::ToolTipRole) return {};
     const nlohmann::json& m = r.manifest;
     auto text = [&](std::initializer_list<const char*> path) -> QString {
-        const nlohmann::json* at = &m;
-        for (const char* key : path) {
-            if (!at->is_object() || !at->contains(key)) return {};
-            at = &(*at)[key];
-        }
+        const nlohmann::json* at = jsonAt(m, path);
+        if (!at) return {};
         if (at->is_string()) return QString::fromStdString(at->get<std::string>());
         if (at->is_array()) {  // ["bf16", "fp32"] -> "bf16, fp32"
             QStringList parts;

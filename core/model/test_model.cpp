@@ -5,6 +5,7 @@
 #include "core/text/bpe_trainer.h"
 #include "core/util/error.h"
 #include "core/util/hash.h"
+#include "core/util/json_file.h"
 
 #include <ATen/Parallel.h>
 
@@ -56,12 +57,6 @@ torch::Tensor initialTensor(const ExpectedTensor& e, const TestModelSpec& spec, 
     return deterministicUniform(e.shape, 1.0 / std::sqrt(fanIn), 0.0, spec.seed, index);
 }
 
-void writeJson(const fs::path& path, const nlohmann::json& j) {
-    std::ofstream out(path);
-    if (!out) throw FormatError(path.string() + ": cannot open for writing");
-    out << j.dump(2) << '\n';
-}
-
 void writeWeights(const ModelConfig& config, const TestModelSpec& spec, const fs::path& dir) {
     const auto expected = expectedTensors(config);
     const int shards = std::max(1, std::min<int>(spec.shards, static_cast<int>(expected.size())));
@@ -82,7 +77,7 @@ void writeWeights(const ModelConfig& config, const TestModelSpec& spec, const fs
         writeSafetensors((dir / file).string(), tensors, {{"format", "pt"}});
     }
     if (shards > 1)
-        writeJson(dir / "model.safetensors.index.json",
+        writeJsonFile((dir / "model.safetensors.index.json").string(),
                   {{"metadata", {{"total_size", totalBytes}}}, {"weight_map", weightMap}});
 }
 
@@ -140,9 +135,9 @@ ModelConfig writeTestModel(const TestModelSpec& spec, const std::string& dirName
     // Round-trip through the JSON parser so a spec that the loader would reject fails here.
     c = ModelConfig::fromJson(c.toJson(), "generated config");
 
-    writeJson(dir / "config.json", c.toJson());
-    writeJson(dir / "generation_config.json", {{"eos_token_id", {endOfText, imEnd}}, {"do_sample", false}});
-    writeJson(dir / "tokenizer.json", makeTokenizerJson(bpe, specials));
+    writeJsonFile((dir / "config.json").string(), c.toJson());
+    writeJsonFile((dir / "generation_config.json").string(), {{"eos_token_id", {endOfText, imEnd}}, {"do_sample", false}});
+    writeJsonFile((dir / "tokenizer.json").string(), makeTokenizerJson(bpe, specials));
     writeWeights(c, spec, dir);
     return c;
 }

@@ -7,6 +7,7 @@
 #include "core/text/bpe_trainer.h"
 #include "core/text/tokenizer.h"
 #include "core/util/error.h"
+#include "core/util/json_file.h"
 #include "core/util/threads.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -26,12 +27,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 const std::vector<std::string> kSpecialTokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
-
-void writeJsonFile(const fs::path& path, const nlohmann::json& j) {
-    std::ofstream out(path);
-    out << j.dump(2) << '\n';
-    if (!out.flush()) throw FormatError(path.string() + ": write failed");
-}
 
 double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -286,9 +281,9 @@ TrainingResult trainInto(const fs::path& staging, const fs::path& outDir, const 
     const TrainedBpe bpe = trainTaskTokenizer(r, task);
     const int64_t eos = static_cast<int64_t>(bpe.vocab.size());
     const ModelConfig config = demoConfig(r, static_cast<int64_t>(bpe.vocab.size() + kSpecialTokens.size()), eos);
-    writeJsonFile(staging / "tokenizer.json", makeTokenizerJson(bpe, kSpecialTokens));
-    writeJsonFile(staging / "config.json", config.toJson());
-    writeJsonFile(staging / "generation_config.json", {{"eos_token_id", {eos, eos + 2}}, {"do_sample", false}});
+    writeJsonFile((staging / "tokenizer.json").string(), makeTokenizerJson(bpe, kSpecialTokens));
+    writeJsonFile((staging / "config.json").string(), config.toJson());
+    writeJsonFile((staging / "generation_config.json").string(), {{"eos_token_id", {eos, eos + 2}}, {"do_sample", false}});
     const Tokenizer tokenizer = Tokenizer::fromModelDir(staging.string());
 
     Weights initial = initialWeights(config, r.seed);
