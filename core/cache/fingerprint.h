@@ -8,7 +8,7 @@
 //               overall: sha256 of "kvscope-cache-v1", the dtype name, and every layer's K and V
 //               digests (32 raw bytes each, layer order, K before V), then the ids digest
 //   model       sha256 over the loaded weights: for each tensor its name, dtype, shape, bytes
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <string>

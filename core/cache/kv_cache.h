@@ -12,7 +12,7 @@
 // Besides the tensors the cache records what it is: the integer token ids it was built from, how it
 // was built (live / prefill / incremental / ...), where the prompt ended, the fingerprint of the
 // model that built it, and the next-token logits its last forward produced. Widgets never see this class; they get value snapshots from core.
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <string>

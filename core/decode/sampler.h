@@ -5,7 +5,7 @@
 // in Hugging Face) draws its uniform number from a counter-based hash of (seed, step), so a draw
 // depends on nothing but those two numbers: two runs of the same thing are identical, and a replay
 // that reaches the same position draws the same number.
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <vector>

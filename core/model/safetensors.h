@@ -7,7 +7,7 @@
 // dtype size x element count) so a bad file is rejected with a FormatError before any tensor is read.
 #include "core/util/mapped_file.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <map>

@@ -4,7 +4,7 @@
 // benchmarks and demos use them because no weights can be downloaded.
 #include "core/model/config.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <string>

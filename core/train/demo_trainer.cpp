@@ -11,6 +11,7 @@
 #include "core/util/threads.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>  // the C++ frontend: optim::AdamW, nn::functional, nn::utils
 
 #include <malloc.h>
 

@@ -2,6 +2,16 @@
 // QAbstractItemModelTester; the views show what a ledger made by the experiment engine says
 // (divergence index, heatmap size and cell values, transplant verdict); the event loop keeps turning
 // while the worker decodes; bad input becomes a message; the window can be saved as a picture.
+// libtorch's headers come before any Qt header: Qt's `slots` / `signals` keyword macros would
+// otherwise rewrite identifiers inside them (c10::ivalue::Object::slots()).
+#include "experiments/runner.h"
+
+#include "core/cache/cache_diff.h"
+#include "core/cache/constructions.h"
+#include "core/model/transformer.h"
+
+#include "support/test_support.h"
+
 #include "widgets/decode_compare_view.h"
 #include "widgets/diff_color_map.h"
 #include "widgets/heatmap_data.h"
@@ -14,14 +24,6 @@
 #include "widgets/session_page.h"
 #include "widgets/token_pane.h"
 #include "widgets/transplant_panel.h"
-
-#include "experiments/runner.h"
-
-#include "core/cache/cache_diff.h"
-#include "core/cache/constructions.h"
-#include "core/model/transformer.h"
-
-#include "support/test_support.h"
 
 #include <gtest/gtest.h>
 
@@ -422,7 +424,10 @@ TEST_F(MainWindowTest, BatchRunFromTheWindowWritesTheLedgerTheCliWrites) {
     ASSERT_TRUE(waitFor([&] { return finished.count() > 0 || !window.lastError().isEmpty(); }));
     ASSERT_TRUE(window.lastError().isEmpty()) << window.lastError().toStdString();
     EXPECT_GE(progress.count(), 2);
-    EXPECT_EQ(window.ledgerPage()->itemModel()->rowCount(), 2) << "the finished ledger is opened";
+    // The spy hears batchFinished in the worker's thread; the window opens the ledger when the queued
+    // signal reaches the GUI thread, a moment later.
+    EXPECT_TRUE(waitFor([&] { return window.ledgerPage()->itemModel()->rowCount() == 2; }))
+        << "the finished ledger is opened (" << window.ledgerPage()->itemModel()->rowCount() << " rows)";
     const auto cli = test::runCli("run " + dir.file("two.toml") + " --ledger " + dir.file("cli.db"));
     ASSERT_EQ(cli.exitCode, 0) << cli.err;
     const experiments::Ledger gui(dir.file("gui.db")), reference(dir.file("cli.db"));

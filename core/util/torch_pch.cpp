@@ -1,0 +1,1 @@
+// The translation unit that builds kvscope's precompiled libtorch header (see core/CMakeLists.txt).
