@@ -60,6 +60,10 @@ void addModelOptions(CLI::App* cmd, ModelOptions& o) {
     cmd->add_option("--dtype", o.dtype, "Compute dtype: fp32, bf16, or fp16 (CUDA only)")
         ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
     cmd->add_option("--device", o.device, "cpu, cuda or cuda:N");
+    cmd->add_option("--decode-kernel", o.decodeKernel,
+                    "linear (default: transformers' F.linear, its bits) or mv (matrix-vector decode steps: "
+                    "faster on CPU, other bits; caches it builds carry that in their model fingerprint)")
+        ->check(CLI::IsMember({"linear", "mv"}));
     addThreadsOption(cmd, o.threads);
 }
 
@@ -94,7 +98,9 @@ void applyThreads(int threads) { configureThreads(threads); }
 Transformer loadModel(const ModelOptions& o) {
     applyThreads(o.threads);
     LoadReport report;
-    Transformer model = Transformer::load(o.model, parseDtype(o.dtype), parseDevice(o.device), &report);
+    Numerics numerics;
+    numerics.matrixVectorDecode = o.decodeKernel == "mv";
+    Transformer model = Transformer::load(o.model, parseDtype(o.dtype), parseDevice(o.device), &report, numerics);
     if (!report.unusedTensors.empty())
         std::cerr << "kvscope: warning: " << report.unusedTensors.size() << " tensor(s) in " << o.model
                   << " are not used by the model, e.g. '" << report.unusedTensors.front() << "'\n";

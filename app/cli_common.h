@@ -20,6 +20,7 @@ struct ModelOptions {
     std::string model;
     std::string dtype = "fp32";
     std::string device = "cpu";
+    std::string decodeKernel = "linear";  // "mv": Numerics::matrixVectorDecode
     int threads = 0;  // 0: all cores
 };
 
@@ -53,6 +54,7 @@ nlohmann::json generationToJson(const std::vector<int64_t>& promptIds, const Gen
 
 // Registration of each command (each lives in its own cmd_*.cpp).
 void addGenerateCommand(CLI::App& app);
+void addLogitsCommand(CLI::App& app);       // every position's logits of one forward
 void addTokenizeCommands(CLI::App& app);
 void addMakeTestModelCommand(CLI::App& app);
 void addBenchCommand(CLI::App& app);

@@ -3,6 +3,7 @@
 #include "core/decode/generator.h"
 #include "core/model/test_model.h"
 #include "core/model/transformer.h"
+#include "core/util/version.h"
 
 #include <ATen/Parallel.h>
 
@@ -42,6 +43,18 @@ std::string ensureModel(const BenchOptions& o, const std::function<void(const st
     return dir;
 }
 
+// Decode steps per second from a clone of `cache` (whose last position produced `logits`), after
+// one untimed step.
+double decodeRate(const Transformer& model, const KvCache& cache, const torch::Tensor& logits, int64_t steps) {
+    Generator gen(model);
+    KvCache c = cache.clone();
+    int64_t next = chooseToken(logits, {}, 0).id;
+    next = chooseToken(gen.decodeOne(next, c), {}, 0).id;
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < steps; ++i) next = chooseToken(gen.decodeOne(next, c), {}, 0).id;
+    return static_cast<double>(steps) / secondsSince(t0);
+}
+
 }  // namespace
 
 double measureTriadBandwidth(std::size_t bytesPerArray, int passes) {
@@ -79,6 +92,8 @@ BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const s
     BenchReport report;
     report.modelDir = ensureModel(o, log);
     report.threads = at::get_num_threads();
+    report.libtorch = libtorchVersion() + " (" + libtorchLibraryPath() + ")";
+    report.cpuFeatures = cpuVectorFeatures();
     log("measuring memory bandwidth (triad)");
     report.bandwidthBytesPerSecond = measureTriadBandwidth();
 
@@ -104,12 +119,12 @@ BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const s
         row.prefillSeconds = secondsSince(t0);
         row.prefillTokensPerSecond = static_cast<double>(o.promptTokens) / row.prefillSeconds;
 
-        log("decode " + std::to_string(o.decodeTokens) + " tokens (" + row.dtype + ")");
-        int64_t next = chooseToken(logits, {}, 0).id;
-        gen.decodeOne(next, cache);  // one untimed step
-        t0 = Clock::now();
-        for (int64_t i = 0; i < o.decodeTokens; ++i) next = chooseToken(gen.decodeOne(next, cache), {}, 0).id;
-        row.decodeTokensPerSecond = static_cast<double>(o.decodeTokens) / secondsSince(t0);
+        log("decode " + std::to_string(o.decodeTokens) + " tokens (" + row.dtype + "), linear then mv kernels");
+        row.decodeTokensPerSecond = decodeRate(model, cache, logits, o.decodeTokens);
+        Numerics matrixVector;
+        matrixVector.matrixVectorDecode = true;  // the same weight tensors, other decode kernels
+        const Transformer fast(model.config(), model.weights(), dtype, o.device, matrixVector);
+        row.decodeMatrixVectorTokensPerSecond = decodeRate(fast, cache, logits, o.decodeTokens);
         report.rows.push_back(row);
     }
     return report;

@@ -1,13 +1,16 @@
 // The forward pass, top to bottom. Shapes use S = new tokens in this call, T = cache length after
 // it, H = hidden size, Q = query heads, KV = key/value heads, G = Q/KV (group size), D = head dim,
-// I = intermediate size, V = vocabulary. Numerics follow Hugging Face's eager implementation, since
-// kvscope's question is about *their* bits: norms in fp32 then cast back, softmax in fp32, matmuls in
-// the compute dtype.
+// I = intermediate size, V = vocabulary. Numerics follow Hugging Face transformers' eager
+// implementation op for op, since kvscope's question is about *their* bits (tests/parity/hf_parity.py
+// compares logits and caches bit for bit): norms in fp32 then cast back, softmax in fp32, matmuls in
+// the compute dtype, the same kernels for the same shapes.
 #include "core/model/transformer.h"
 
 #include "core/cache/fingerprint.h"
 #include "core/model/checkpoint.h"
 #include "core/util/error.h"
+
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <cmath>
@@ -16,23 +19,16 @@
 namespace kvscope {
 
 namespace {
-// Sequence axis of each op's output as written below: 0 for [S, ...], 1 for [heads, S, D], 2 for
-// [KV, G, S, T].
+// Sequence axis of each op's output as written below: 0 for [S, ...], 1 for [heads, S, D] and
+// [Q, S, T].
 void observe(ForwardObserver* o, int64_t layer, const char* op, const torch::Tensor& t, int64_t seqAxis = 0) {
     if (o) o->onOp(layer, op, t, seqAxis);
 }
-// x: [S, in]  w: [out, in]  b: [out] or undefined  ->  [S, out]
-// A single row (a decode step) is a matrix-vector product, as in every inference engine: it runs at
-// close to memory bandwidth, about twice as fast as a one-row GEMM here. Several rows (a prefill)
-// are a GEMM. The two kernels accumulate in different orders, which is one of the sources of the
-// live-vs-prefill bit differences kvscope exists to measure.
-torch::Tensor project(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {}) {
-    if (x.size(0) == 1) {
-        torch::Tensor y = torch::mv(w, x[0]);
-        if (b.defined()) y = y + b;
-        return y.unsqueeze(0);
-    }
-    return b.defined() ? torch::linear(x, w, b) : torch::linear(x, w);
+// K or V of the KV heads repeated for the G query heads that share each (transformers' repeat_kv):
+// [KV, T, D] -> [KV*G, T, D], contiguous, in transformers' memory layout.
+torch::Tensor repeatKv(const torch::Tensor& x, int64_t G) {
+    if (G == 1) return x.contiguous();
+    return x.unsqueeze(1).expand({x.size(0), G, x.size(1), x.size(2)}).reshape({x.size(0) * G, x.size(1), x.size(2)});
 }
 }  // namespace
 
@@ -47,9 +43,11 @@ torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, doubl
 }
 
 torch::Tensor ropeInverseFrequencies(const ModelConfig& c) {
-    // inv_freq[i] = 1 / theta^(2i/D), computed in fp32 as HF does.
+    // inv_freq[i] = 1 / theta^(2i/D), computed in fp32 as HF does. Python evaluates `scalar / tensor`
+    // as tensor.reciprocal() * scalar (two roundings; C++'s operator/ divides once), so every such
+    // quotient below is written that way to give transformers' bits.
     auto exponents = torch::arange(0, c.headDim, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(c.headDim);
-    torch::Tensor invFreq = 1.0 / torch::pow(c.ropeTheta, exponents);
+    torch::Tensor invFreq = torch::pow(c.ropeTheta, exponents).reciprocal();
     if (c.ropeScaling.type != "llama3") return invFreq;
 
     // Llama 3.1 frequency-dependent scaling: long wavelengths slowed by `factor`, short ones kept,
@@ -58,9 +56,9 @@ torch::Tensor ropeInverseFrequencies(const ModelConfig& c) {
     const double oldContext = static_cast<double>(s.originalMaxPositionEmbeddings);
     const double lowFreqWavelen = oldContext / s.lowFreqFactor;
     const double highFreqWavelen = oldContext / s.highFreqFactor;
-    torch::Tensor wavelen = 2.0 * M_PI / invFreq;
+    torch::Tensor wavelen = invFreq.reciprocal() * (2.0 * M_PI);                          // 2 * pi / inv_freq
     torch::Tensor scaled = torch::where(wavelen > lowFreqWavelen, invFreq / s.factor, invFreq);
-    torch::Tensor smooth = (oldContext / wavelen - s.lowFreqFactor) / (s.highFreqFactor - s.lowFreqFactor);
+    torch::Tensor smooth = (wavelen.reciprocal() * oldContext - s.lowFreqFactor) / (s.highFreqFactor - s.lowFreqFactor);
     torch::Tensor smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled;
     torch::Tensor isMedium = (wavelen >= highFreqWavelen).logical_and(wavelen <= lowFreqWavelen);
     return torch::where(isMedium, smoothed, scaled);
@@ -86,6 +84,20 @@ torch::Tensor Transformer::rmsNorm(const torch::Tensor& x, const torch::Tensor& 
     return kvscope::rmsNorm(x, weight, config_.rmsNormEps);
 }
 
+// x: [S, in]  w: [out, in]  b: [out] or undefined  ->  [S, out]
+// transformers' nn.Linear (F.linear: addmm with a bias, mm without) for any number of rows, a decode
+// step's single row included. A matrix-vector product runs that row at close to memory bandwidth,
+// about twice as fast here, but accumulates in another order and so gives other low bits: it is
+// Numerics::matrixVectorDecode, never the default.
+torch::Tensor Transformer::project(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) const {
+    if (x.size(0) == 1 && numerics_.matrixVectorDecode) {
+        torch::Tensor y = torch::mv(w, x[0]);
+        if (b.defined()) y = y + b;
+        return y.unsqueeze(0);
+    }
+    return b.defined() ? torch::linear(x, w, b) : torch::linear(x, w);
+}
+
 // ---- construction -------------------------------------------------------------------------------
 
 struct Transformer::FingerprintMemo {
@@ -93,8 +105,9 @@ struct Transformer::FingerprintMemo {
     std::string value;
 };
 
-Transformer::Transformer(ModelConfig config, Weights weights, torch::ScalarType dtype, torch::Device device)
-    : config_(std::move(config)), weights_(std::move(weights)), dtype_(dtype), device_(device),
+Transformer::Transformer(ModelConfig config, Weights weights, torch::ScalarType dtype, torch::Device device,
+                         Numerics numerics)
+    : config_(std::move(config)), weights_(std::move(weights)), dtype_(dtype), device_(device), numerics_(numerics),
       fingerprint_(std::make_shared<FingerprintMemo>()) {
     invFreq_ = ropeInverseFrequencies(config_).to(device_);
 }
@@ -113,6 +126,8 @@ const std::string& Transformer::fingerprint() const {
         }
         named.emplace_back("final_norm", weights_.finalNorm);
         named.emplace_back(config_.tieWordEmbeddings ? "lm_head=embed" : "lm_head", weights_.lmHead);
+        // Only non-default numerics enter, so fingerprints of default models stay what they were.
+        if (numerics_.matrixVectorDecode) named.emplace_back("numerics=matrix-vector-decode", torch::zeros({0}));
         fingerprint_->value = fingerprintNamedTensors(named);
     });
     return fingerprint_->value;
@@ -123,7 +138,7 @@ KvCache Transformer::newCache(int64_t capacity) const {
 }
 
 Transformer Transformer::load(const std::string& dir, torch::ScalarType dtype, torch::Device device,
-                              LoadReport* report) {
+                              LoadReport* report, Numerics numerics) {
     if (dtype == torch::kFloat16 && device.is_cpu())
         throw UsageError("--dtype fp16 needs --device cuda: libtorch has no fp16 matrix multiply on CPU "
                          "(use bf16 or fp32 on CPU)");
@@ -137,7 +152,7 @@ Transformer Transformer::load(const std::string& dir, torch::ScalarType dtype, t
     Weights w;
     for (auto& [name, slot] : hfWeightSlots(c, w)) *slot = ck.read(name, dtype).to(device);
     w.lmHead = c.tieWordEmbeddings ? w.embed : ck.read("lm_head.weight", dtype).to(device);
-    return Transformer(c, std::move(w), dtype, device);
+    return Transformer(c, std::move(w), dtype, device, numerics);
 }
 
 std::vector<std::pair<std::string, torch::Tensor*>> hfWeightSlots(const ModelConfig& c, Weights& w) {
@@ -301,17 +316,18 @@ torch::Tensor Transformer::attention(int64_t l, const torch::Tensor& x, const Sp
         values = span.cache->values(l, T);
     }
 
-    // Grouped-query attention without repeating K/V: query head h uses KV head h / G, so the G query
-    // heads of one group are stacked along the row axis and share one matmul with their KV head.
-    torch::Tensor qg = q.reshape({KV, G * S, D});                                         // [KV, G*S, D]
-    torch::Tensor scores = torch::matmul(qg, keys.transpose(1, 2)) * (1.0 / std::sqrt(static_cast<double>(D)));
-    scores = scores.view({KV, G, S, T});                                                  // [KV, G, S, T]
+    // transformers' eager_attention_forward, op for op: K and V repeated to the Q heads, one batched
+    // product per head, scaled by D^-0.5, masked, softmax in fp32, cast back. (Sharing one product
+    // between the G query heads of a KV head skips the copy but changes the GEMM shapes, and so
+    // which bits come out.)
+    torch::Tensor keysQ = repeatKv(keys, G), valuesQ = repeatKv(values, G);               // [Q, T, D]
+    torch::Tensor scores = torch::matmul(q, keysQ.transpose(1, 2)) * std::pow(static_cast<double>(D), -0.5);  // [Q, S, T]
     if (span.hidden.defined()) scores = scores.masked_fill(span.hidden, -std::numeric_limits<float>::infinity());
-    observe(observer, l, "scores", scores, 2);
-    torch::Tensor probs = torch::softmax(scores, -1, torch::kFloat32).to(x.scalar_type()); // [KV, G, S, T]
-    observe(observer, l, "softmax", probs, 2);
-    torch::Tensor out = torch::matmul(probs.view({KV, G * S, T}), values);                // [KV, G*S, D]
-    out = out.view({Q, S, D}).transpose(0, 1).reshape({S, Q * D});                        // [S, Q*D]
+    observe(observer, l, "scores", scores, 1);
+    torch::Tensor probs = torch::softmax(scores, -1, torch::kFloat32).to(x.scalar_type()); // [Q, S, T]
+    observe(observer, l, "softmax", probs, 1);
+    torch::Tensor out = torch::matmul(probs, valuesQ);                                    // [Q, S, D]
+    out = out.transpose(0, 1).reshape({S, Q * D});                                        // [S, Q*D]
     observe(observer, l, "attn_output", out);
     torch::Tensor projected = project(out, lw.wo);                                        // [S, H]
     observe(observer, l, "o_proj", projected);

@@ -6,7 +6,8 @@
 #include "core/cache/kv_cache.h"
 #include "core/model/config.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>  // NoGradGuard
 
 #include <memory>
 #include <string>
@@ -44,25 +45,37 @@ public:
 
 enum class Logits { Last, All };
 
+// Which kernels compute the forward. The default is Hugging Face transformers' eager op sequence,
+// bit for bit on the same torch (tests/parity/hf_parity.py checks it); anything faster that gives
+// other bits is an explicit choice here, and part of the model's fingerprint, so a cache built one
+// way is never continued the other way.
+struct Numerics {
+    // A decode step's projections as matrix-vector products (torch::mv) instead of transformers'
+    // F.linear on one row: about twice as fast on CPU, other low bits.
+    bool matrixVectorDecode = false;
+};
+
 struct LoadReport {
     std::vector<std::string> unusedTensors;  // present in the checkpoint, not used by the model
 };
 
 class Transformer {
 public:
-    Transformer(ModelConfig config, Weights weights, torch::ScalarType dtype, torch::Device device);
+    Transformer(ModelConfig config, Weights weights, torch::ScalarType dtype, torch::Device device,
+                Numerics numerics = {});
 
     // Reads and validates DIR (config.json, safetensors) and converts weights to `dtype` on `device`.
     // fp16 on CPU is refused: libtorch has no fp16 matmul there.
     static Transformer load(const std::string& dir, torch::ScalarType dtype, torch::Device device,
-                            LoadReport* report = nullptr);
+                            LoadReport* report = nullptr, Numerics numerics = {});
 
     const ModelConfig& config() const { return config_; }
     torch::ScalarType dtype() const { return dtype_; }
     torch::Device device() const { return device_; }
+    const Numerics& numerics() const { return numerics_; }
     const Weights& weights() const { return weights_; }
-    // SHA-256 over every weight tensor as loaded (names, dtype, shape, bytes): identifies the model
-    // *and* the compute dtype. Computed once, on first use.
+    // SHA-256 over every weight tensor as loaded (names, dtype, shape, bytes) and any non-default
+    // numerics: identifies the model, the compute dtype and the kernels. Computed once, on first use.
     const std::string& fingerprint() const;
     KvCache newCache(int64_t capacity = 256) const;
 
@@ -85,11 +98,13 @@ private:
     torch::Tensor attention(int64_t layer, const torch::Tensor& x, const Span& span, ForwardObserver* observer) const;
     torch::Tensor mlp(int64_t layer, const torch::Tensor& x, ForwardObserver* observer) const;
     torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const;
+    torch::Tensor project(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {}) const;
 
     ModelConfig config_;
     Weights weights_;
     torch::ScalarType dtype_;
     torch::Device device_;
+    Numerics numerics_;
     torch::Tensor invFreq_;  // [head_dim/2] fp32 rotary inverse frequencies (llama3-scaled if asked)
     struct FingerprintMemo;
     std::shared_ptr<FingerprintMemo> fingerprint_;

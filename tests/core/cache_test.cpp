@@ -62,17 +62,20 @@ TEST_P(Constructions, Fp32ConstructionsAgreeWithinTolerance) {
 TEST_P(Constructions, Bf16IncrementalIsBitExactWithLiveAndPrefillIsNot) {
     // The study's "bridge": feeding the prompt in one forward and then one token at a time rebuilds
     // the live cache bit for bit, because it runs exactly the same kernels on the same inputs.
-    Transformer m = Transformer::load(test::tinyModel(GetParam()), torch::kBFloat16, torch::kCPU);
-    Built b = buildAll(m);
+    Transformer m = Transformer::load(test::tinyModel(GetParam() + std::string("-wide")), torch::kBFloat16, torch::kCPU);
+    Built b = buildAll(m, 64);
     EXPECT_TRUE(sameBits(b.live, b.incremental));
     EXPECT_TRUE(diffCaches(b.live, b.incremental).bitExact);
     EXPECT_TRUE(torch::equal(b.live.nextLogits(), b.incremental.nextLogits()));
-    // One-shot prefill runs GEMMs where live ran matrix-vector products: in bf16 the low bits differ.
+    // One-shot prefill runs the same ops on matrices of other shapes (many rows where live had one),
+    // which the kernels accumulate in another order: in bf16 the low bits differ. Where they first
+    // differ (layer, op) depends on the libtorch build and the CPU, so only the report's own
+    // consistency is pinned here.
     const CacheDiff d = diffCaches(b.live, b.prefill);
     EXPECT_FALSE(d.bitExact);
     ASSERT_TRUE(d.firstDifference.has_value());
-    EXPECT_EQ(d.firstDifference->first, 0);  // it is already there in layer 0
-    EXPECT_GE(d.firstDifference->second, static_cast<int64_t>(kPrompt.size()));  // prompt rows share the GEMM
+    for (int64_t l = 0; l < d.firstDifference->first; ++l) EXPECT_TRUE(d.perLayer[l].bitExact) << "layer " << l;
+    EXPECT_FALSE(d.perLayer[d.firstDifference->first].bitExact);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Constructions, ::testing::Values("qwen2", "llama", "qwen3"));
@@ -192,8 +195,8 @@ TEST(CacheDiff, RefusesMismatchedCaches) {
 }
 
 TEST(Transplant, AllLayersYieldsTheDonorBitForBitAndContinuationFollowsIt) {
-    Transformer m = Transformer::load(test::tinyModel("qwen2"), torch::kBFloat16, torch::kCPU);
-    auto [live, prefill] = liveAndPrefill(m, 30);
+    Transformer m = Transformer::load(test::tinyModel("qwen2-wide"), torch::kBFloat16, torch::kCPU);
+    auto [live, prefill] = liveAndPrefill(m, 64);
     TransplantSpec all;
     all.layers = TransplantSpec::parseLayers("all", m.config().numLayers);
     KvCache spliced = transplant(prefill, live, all);
@@ -210,8 +213,8 @@ TEST(Transplant, AllLayersYieldsTheDonorBitForBitAndContinuationFollowsIt) {
 }
 
 TEST(Transplant, ChosenLayersKvAndPositionsOnly) {
-    Transformer m = Transformer::load(test::tinyModel("qwen2"), torch::kBFloat16, torch::kCPU);
-    auto [live, prefill] = liveAndPrefill(m, 20);
+    Transformer m = Transformer::load(test::tinyModel("qwen2-wide"), torch::kBFloat16, torch::kCPU);
+    auto [live, prefill] = liveAndPrefill(m, 64);
     TransplantSpec spec;
     spec.layers = TransplantSpec::parseLayers("1", m.config().numLayers);
     spec.parseKv("k");
@@ -247,16 +250,20 @@ TEST(Transplant, RefusesMismatchedCachesWithTheReason) {
 }
 
 TEST(Locator, FindsTheFirstDifferingOpBetweenLiveAndPrefillInBf16) {
-    Transformer m = Transformer::load(test::tinyModel("qwen2"), torch::kBFloat16, torch::kCPU);
-    KvCache live = buildLiveCache(m, kPrompt, 20);
+    Transformer m = Transformer::load(test::tinyModel("qwen2-wide"), torch::kBFloat16, torch::kCPU);
+    KvCache live = buildLiveCache(m, kPrompt, 64);
     const LocatorReport r = locateDivergence(m, live.ids(), live.promptLength(), Construction::parse("incremental"),
                                              Construction::parse("prefill"));
     EXPECT_EQ(r.cacheFingerprintA, fingerprintCache(live).overall);  // the rebuild is the live cache
     ASSERT_TRUE(r.firstDifference.has_value());
     const OpComparison& first = r.ops[*r.firstDifference];
-    EXPECT_EQ(first.layer, 0);
-    EXPECT_EQ(first.op, "q_proj");  // the projection GEMV vs GEMM is where bits first part
+    for (std::size_t i = 0; i < *r.firstDifference; ++i) EXPECT_TRUE(r.ops[i].bitExact) << r.ops[i].op;
+    EXPECT_FALSE(first.bitExact);
     EXPECT_GT(first.maxAbs, 0.0);
+    // Which op it is depends on the kernels (libtorch build, CPU), but never an elementwise one: on
+    // equal inputs those give equal outputs; bits part in ops whose kernels see other shapes.
+    for (const char* elementwise : {"embedding", "rope_q", "rope_k", "attn_residual", "mlp_residual"})
+        EXPECT_NE(first.op, elementwise);
     EXPECT_EQ(r.ops.front().op, "embedding");
     EXPECT_TRUE(r.ops.front().bitExact);
     EXPECT_EQ(r.ops.back().op, "logits");

@@ -16,6 +16,7 @@
 namespace kvscope::test {
 namespace fs = std::filesystem;
 
+
 TempDir::TempDir() {
     std::string pattern = (fs::temp_directory_path() / "kvscope-test-XXXXXX").string();
     if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
@@ -29,8 +30,13 @@ TempDir::~TempDir() {
 
 std::string testDataDir() { return KVSCOPE_TEST_DATA; }
 
-TestModelSpec tinySpec(const std::string& variant) {
+TestModelSpec tinySpec(const std::string& name) {
     TestModelSpec s;
+    std::string variant = name;
+    // "-wide": hidden 256, so live and prefill part bits on every libtorch tried (tiny matrices can
+    // give every shape the same accumulation order; see tinyModel in test_support.h).
+    const bool wide = variant.size() > 5 && variant.compare(variant.size() - 5, 5, "-wide") == 0;
+    if (wide) variant.resize(variant.size() - 5);
     s.hiddenSize = 64;
     s.numLayers = 2;
     s.numHeads = 4;
@@ -44,6 +50,7 @@ TestModelSpec tinySpec(const std::string& variant) {
     else if (variant == "llama3-scaled") s.architecture = Architecture::Llama, s.llama3RopeScaling = true;
     else if (variant == "qwen3") s.architecture = Architecture::Qwen3, s.headDim = 32;  // head_dim != hidden/heads
     else throw std::runtime_error("unknown tiny model variant " + variant);
+    if (wide) s.hiddenSize = 256, s.intermediateSize = 512;
     return s;
 }
 

@@ -24,7 +24,10 @@ private:
 std::string testDataDir();  // tests/data in the source tree
 
 // A tiny generated model of the given architecture, written once per test process.
-// Variants: "qwen2", "llama", "qwen3", "llama3-scaled", "qwen2-tied", "qwen2-sharded".
+// Variants: "qwen2", "llama", "qwen3", "llama3-scaled", "qwen2-tied", "qwen2-sharded"; each with
+// "-wide" (hidden 256): the size at which a 64-token live cache and its one-shot prefill part bits
+// in bf16 on both libtorch generations and every architecture (measured; at hidden 64, oneDNN in
+// PyTorch 2.13 gives many such pairs identical bits). Tests that need two differing caches use it.
 const std::string& tinyModel(const std::string& variant);
 TestModelSpec tinySpec(const std::string& variant);
 
