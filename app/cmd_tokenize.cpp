@@ -4,6 +4,7 @@
 #include "core/util/error.h"
 
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <sstream>
 
@@ -15,6 +16,7 @@ struct TokenizeOptions {
     std::string text;
     std::string file;
     std::string ids;
+    std::string jsonl;
     bool noSpecial = false;
     bool skipSpecial = false;
     bool json = false;
@@ -28,6 +30,31 @@ std::string readWholeFile(const std::string& path) {
     return ss.str();
 }
 
+// --jsonl: one JSON value per input line in, one JSON object per line out, in order, so another
+// implementation can be compared over thousands of inputs in one process. A bad line is an error
+// naming the file and line.
+void forEachJsonLine(const std::string& path, const std::function<nlohmann::json(const nlohmann::json&)>& convert) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw UsageError(path + ": cannot open");
+    std::string line;
+    for (int lineNumber = 1; std::getline(in, line); ++lineNumber) {
+        if (line.empty()) continue;
+        nlohmann::json value;
+        try {
+            value = nlohmann::json::parse(line);
+        } catch (const nlohmann::json::exception& e) {
+            throw UsageError(path + ":" + std::to_string(lineNumber) + ": not a JSON value (" + e.what() + ")");
+        }
+        try {
+            std::cout << convert(value).dump() << "\n";
+        } catch (const nlohmann::json::exception& e) {  // e.g. a number where a string belongs
+            throw UsageError(path + ":" + std::to_string(lineNumber) + ": " + e.what());
+        } catch (const Error& e) {  // e.g. an id outside the vocabulary
+            throw UsageError(path + ":" + std::to_string(lineNumber) + ": " + e.what());
+        }
+    }
+}
+
 }  // namespace
 
 void addTokenizeCommands(CLI::App& app) {
@@ -36,13 +63,22 @@ void addTokenizeCommands(CLI::App& app) {
     tok->add_option("--model", o->model, "Model directory holding tokenizer.json")->required()->check(CLI::ExistingDirectory);
     auto* text = tok->add_option("--text", o->text, "Text to tokenize");
     auto* file = tok->add_option("--file", o->file, "File whose contents to tokenize")->check(CLI::ExistingFile);
-    text->excludes(file);
-    file->excludes(text);
+    auto* jsonl = tok->add_option("--jsonl", o->jsonl, "File of JSON strings, one a line: prints {\"ids\": [...]} a line")
+                      ->check(CLI::ExistingFile);
+    text->excludes(file, jsonl);
+    file->excludes(text, jsonl);
+    jsonl->excludes(text, file);
     tok->add_flag("--no-special", o->noSpecial, "Do not apply the post-processor (e.g. Llama 3's BOS)");
     tok->add_flag("--json", o->json, "Print {\"ids\": [...]}");
-    tok->callback([o, text, file] {
-        if (text->count() == 0 && file->count() == 0) throw UsageError("tokenize needs --text or --file");
+    tok->callback([o, text, file, jsonl] {
+        if (text->count() + file->count() + jsonl->count() == 0) throw UsageError("tokenize needs --text, --file or --jsonl");
         Tokenizer t = Tokenizer::fromModelDir(o->model);
+        if (jsonl->count()) {
+            forEachJsonLine(o->jsonl, [&](const nlohmann::json& line) {
+                return nlohmann::json{{"ids", t.encode(line.get<std::string>(), !o->noSpecial)}};
+            });
+            return;
+        }
         const std::string input = file->count() ? readWholeFile(o->file) : o->text;
         const auto ids = t.encode(input, !o->noSpecial);
         if (o->json) {
@@ -55,11 +91,22 @@ void addTokenizeCommands(CLI::App& app) {
 
     CLI::App* detok = app.add_subcommand("detokenize", "Print the text of token ids");
     detok->add_option("--model", o->model, "Model directory holding tokenizer.json")->required()->check(CLI::ExistingDirectory);
-    detok->add_option("--ids", o->ids, "Token ids: 1,2,3")->required();
+    auto* ids = detok->add_option("--ids", o->ids, "Token ids: 1,2,3");
+    auto* idLists = detok->add_option("--jsonl", o->jsonl, "File of JSON id lists, one a line: prints {\"text\": ...} a line")
+                        ->check(CLI::ExistingFile);
+    ids->excludes(idLists);
+    idLists->excludes(ids);
     detok->add_flag("--skip-special", o->skipSpecial, "Leave special tokens out of the text");
     detok->add_flag("--json", o->json, "Print {\"text\": \"...\"}");
-    detok->callback([o] {
+    detok->callback([o, ids, idLists] {
+        if (ids->count() + idLists->count() == 0) throw UsageError("detokenize needs --ids or --jsonl");
         Tokenizer t = Tokenizer::fromModelDir(o->model);
+        if (idLists->count()) {
+            forEachJsonLine(o->jsonl, [&](const nlohmann::json& line) {
+                return nlohmann::json{{"text", t.decode(line.get<std::vector<int64_t>>(), o->skipSpecial)}};
+            });
+            return;
+        }
         const std::string text = t.decode(parseIdList(o->ids), o->skipSpecial);
         if (o->json) std::cout << nlohmann::json{{"text", text}}.dump() << "\n";
         else std::cout << text << "\n";

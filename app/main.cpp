@@ -16,9 +16,11 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     app.set_version_flag("--version", [] {
         cli::applyThreads(0);
-        return "kvscope " + kvscopeVersion() + "\nlibtorch " + libtorchVersion() + "\ndevice " + deviceSummary();
+        return "kvscope " + kvscopeVersion() + "\nlibtorch " + libtorchVersion() + " (" + libtorchLibraryPath() + ")" +
+               "\ndevice " + deviceSummary();
     });
     cli::addGenerateCommand(app);
+    cli::addLogitsCommand(app);
     cli::addTokenizeCommands(app);
     cli::addMakeTestModelCommand(app);
     cli::addBenchCommand(app);
@@ -28,7 +30,7 @@ int main(int argc, char** argv) {
 
     if (argc > 1 && argv[1][0] != '-' && app.get_subcommands([&](CLI::App* c) { return c->get_name() == argv[1]; }).empty()) {
         std::cerr << "kvscope: error: unknown command '" << argv[1]
-                  << "' (commands: generate, tokenize, detokenize, make-test-model, bench, cache, continue, run, report, audit, ledger, train-demo-model, demo; see --help)\n";
+                  << "' (commands: generate, logits, tokenize, detokenize, make-test-model, bench, cache, continue, run, report, audit, ledger, train-demo-model, demo; see --help)\n";
         return 2;
     }
     try {

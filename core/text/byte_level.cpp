@@ -44,6 +44,26 @@ std::size_t utf8Sequence(const std::string& s, std::size_t i, char32_t& cp) {
     return len;
 }
 
+// Bytes that one U+FFFD replaces where no valid sequence starts at s[i]: the "maximal subpart"
+// (Unicode 3.9, U+FFFD substitution) - the longest start of a well-formed sequence, or the byte
+// alone when it cannot start one. This is what Rust's String::from_utf8_lossy does, and so what
+// Hugging Face tokenizers' decoders give for ids that cut a character apart.
+std::size_t maximalSubpart(const std::string& s, std::size_t i) {
+    const auto lead = static_cast<unsigned char>(s[i]);
+    std::size_t continuations;
+    unsigned char low = 0x80, high = 0xBF;  // allowed range of the first continuation byte
+    if (lead >= 0xC2 && lead <= 0xDF) continuations = 1;
+    else if (lead >= 0xE0 && lead <= 0xEF) continuations = 2, low = lead == 0xE0 ? 0xA0 : 0x80, high = lead == 0xED ? 0x9F : 0xBF;
+    else if (lead >= 0xF0 && lead <= 0xF4) continuations = 3, low = lead == 0xF0 ? 0x90 : 0x80, high = lead == 0xF4 ? 0x8F : 0xBF;
+    else return 1;
+    std::size_t n = 1;
+    for (; n <= continuations && i + n < s.size(); ++n) {
+        const auto b = static_cast<unsigned char>(s[i + n]);
+        if (b < (n == 1 ? low : 0x80) || b > (n == 1 ? high : 0xBF)) break;
+    }
+    return n;
+}
+
 const std::unordered_map<char32_t, unsigned char>& reverseAlphabet() {
     static const auto table = [] {
         std::unordered_map<char32_t, unsigned char> m;
@@ -91,7 +111,7 @@ std::vector<char32_t> decodeUtf8(const std::string& text) {
         char32_t cp = 0;
         const std::size_t len = utf8Sequence(text, i, cp);
         out.push_back(len ? cp : 0xFFFD);
-        i += len ? len : 1;
+        i += len ? len : maximalSubpart(text, i);
     }
     return out;
 }
@@ -104,7 +124,7 @@ std::string sanitizeUtf8(const std::string& bytes) {
         const std::size_t len = utf8Sequence(bytes, i, cp);
         if (len) out.append(bytes, i, len);
         else appendUtf8(out, 0xFFFD);
-        i += len ? len : 1;
+        i += len ? len : maximalSubpart(bytes, i);
     }
     return out;
 }

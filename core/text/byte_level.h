@@ -19,8 +19,9 @@ bool fromByteLevel(const std::string& text, std::string& bytesOut);
 
 // UTF-8 helpers.
 void appendUtf8(std::string& out, char32_t codepoint);
-std::vector<char32_t> decodeUtf8(const std::string& text);  // invalid bytes become U+FFFD
-// Replaces every invalid UTF-8 sequence by U+FFFD (what Python's errors="replace" does).
+// Invalid UTF-8 becomes U+FFFD, one per maximal subpart of an ill-formed sequence (Unicode 3.9):
+// what Rust's String::from_utf8_lossy (so Hugging Face tokenizers) and Python's errors="replace" give.
+std::vector<char32_t> decodeUtf8(const std::string& text);
 std::string sanitizeUtf8(const std::string& bytes);
 
 }  // namespace kvscope

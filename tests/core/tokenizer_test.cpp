@@ -1,5 +1,6 @@
 // The byte-level BPE tokenizer: the real Qwen3 tokenizer.json against reference ids, and every
 // declared component either honoured or refused.
+#include "core/text/byte_level.h"
 #include "core/text/chat_template.h"
 #include "core/text/tokenizer.h"
 #include "core/util/error.h"
@@ -149,6 +150,21 @@ TEST(Tokenizer, TemplatePostProcessorAndIgnoreMergesAsInLlama3) {
     Tokenizer with = Tokenizer::fromJson(k.dump(), "ignore");
     EXPECT_EQ(with.encode("xyz"), std::vector<int64_t>{newId});
     EXPECT_GT(without.encode("xyz").size(), 1u);
+}
+
+TEST(Utf8, InvalidBytesBecomeOneReplacementPerMaximalSubpart) {
+    // Expected values are what Rust's from_utf8_lossy (HF tokenizers' decoders) and Python's
+    // bytes.decode("utf-8", "replace") give for the same bytes.
+    const std::string r = "\xEF\xBF\xBD";  // U+FFFD
+    EXPECT_EQ(sanitizeUtf8("\xE4\xB8"), r);                                // a 3-byte character cut after 2
+    EXPECT_EQ(sanitizeUtf8("\xF0\x9F\x98"), r);                            // a 4-byte one cut after 3
+    EXPECT_EQ(sanitizeUtf8("\xE4\xB8\xE4\xB8\xAD"), r + "\xE4\xB8\xAD");   // then a whole one
+    EXPECT_EQ(sanitizeUtf8("\xC0\xAF"), r + r);                             // overlong lead: each byte
+    EXPECT_EQ(sanitizeUtf8("\xED\xA0\x80"), r + r + r);                     // a surrogate: each byte
+    EXPECT_EQ(sanitizeUtf8("\xF4\x90\x80\x80"), r + r + r + r);             // above U+10FFFF
+    EXPECT_EQ(sanitizeUtf8("a\x80" "b"), "a" + r + "b");
+    EXPECT_EQ(sanitizeUtf8("\xF0\x9F\x98\x80\xFF"), "\xF0\x9F\x98\x80" + r);
+    EXPECT_EQ(decodeUtf8("\xE4\xB8x"), (std::vector<char32_t>{0xFFFD, U'x'}));
 }
 
 TEST(Tokenizer, ParseIdList) {

@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""kvscope against Hugging Face transformers on the same torch, bit for bit.
+
+For each checkpoint written by `kvscope make-test-model` (qwen2 with q/k/v bias, llama with llama3
+rope scaling, qwen3 with q/k norm; tied and untied; a sharded bf16 one) and each dtype, compares
+
+  logits   every position of one forward over the decoded ids (kvscope logits / model(ids).logits)
+  greedy   ids of a greedy decode of N new tokens (kvscope's live cache / model.generate)
+  live     the cache a greedy decode keeps (kvscope cache build live / generate's DynamicCache)
+  prefill  the cache of one forward over the same ids
+  pattern  live-vs-prefill difference: per layer the differing element count and max |diff| of K and
+           V, and the first differing (layer, position): kvscope's `cache diff` / the same on HF's caches
+
+and prints one table. Exit status 0 when every cell is bit-exact, 1 otherwise (a cell that differs
+shows the max distance in units in the last place), 2 on a usage or set-up error. Both sides run
+with the same thread count; transformers uses attn_implementation="eager".
+"""
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import transformers
+from safetensors import safe_open
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, DynamicCache, GenerationConfig
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+SIZE = ["--hidden-size", "128", "--layers", "4", "--heads", "4", "--kv-heads", "2", "--intermediate-size", "256"]
+
+# name -> make-test-model flags (beyond SIZE). Together: every architecture, tied and untied, llama3
+# rope scaling, q/k norm, q/k/v bias, a sharded checkpoint stored in bf16.
+CHECKPOINTS = {
+    "qwen2-bias-untied": ["--arch", "qwen2", "--seed", "11"],
+    "qwen2-bias-tied": ["--arch", "qwen2", "--tie-embeddings", "--seed", "12"],
+    "llama-rope3-untied": ["--arch", "llama", "--llama3-rope-scaling", "--seed", "13"],
+    "llama-rope3-tied": ["--arch", "llama", "--llama3-rope-scaling", "--tie-embeddings", "--seed", "14"],
+    "qwen3-qknorm-tied": ["--arch", "qwen3", "--tie-embeddings", "--seed", "15"],
+    "qwen3-bf16-3shards": ["--arch", "qwen3", "--dtype", "bf16", "--shards", "3", "--seed", "16"],
+}
+
+
+class Kvscope:
+    def __init__(self, exe, threads, device):
+        self.exe, self.threads, self.device = exe, threads, device
+
+    def __call__(self, *args, model_args=True):
+        cmd = [self.exe, *args]
+        if model_args:
+            cmd += ["--threads", str(self.threads), "--device", self.device]
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        if run.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} exited {run.returncode}: {run.stderr.strip()}")
+        return run.stdout
+
+
+def ordered_bits(t):
+    """Float bits as integers ordered like the floats, so |a - b| counts units in the last place."""
+    int_type = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}[t.dtype]
+    i = t.contiguous().view(int_type).to(torch.int64)
+    magnitude = i & (0x7FFFFFFF if int_type == torch.int32 else 0x7FFF)
+    return torch.where(i < 0, -magnitude, magnitude)
+
+
+def compare(a, b):
+    """'exact', or a short description of how a and b differ."""
+    if a.shape != b.shape:
+        return f"shape {tuple(a.shape)} vs {tuple(b.shape)}"
+    if a.dtype != b.dtype:
+        return f"dtype {a.dtype} vs {b.dtype}"
+    if torch.equal(ordered_bits(a), ordered_bits(b)):
+        return "exact"
+    ulps = (ordered_bits(a) - ordered_bits(b)).abs()
+    differing = int((ulps > 0).sum())
+    return f"{differing}/{a.numel()} differ, max {int(ulps.max())} ulp"
+
+
+def compare_caches(kv_file, hf_layers, length):
+    """Worst per-layer comparison of a kvscope cache file with HF's cache layers (K and V)."""
+    kv = load_file(kv_file)
+    for layer, (keys, values) in enumerate(hf_layers):
+        for name, hf in (("keys", keys), ("values", values)):
+            result = compare(kv[f"layers.{layer}.{name}"].cpu(), hf[0, :, :length].cpu())
+            if result != "exact":
+                return f"layer {layer} {name[0].upper()}: {result}"
+    return "exact"
+
+
+def cache_layers(cache):
+    """[(keys [1, KV, T, D], values)] per layer, for transformers' old and new cache layouts."""
+    if hasattr(cache, "layers"):
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return list(zip(cache.key_cache, cache.value_cache))
+
+
+def difference_pattern(live_layers, prefill_layers, length):
+    """What `kvscope cache diff --json` reports, computed the same way (fp32 differences) on HF caches."""
+    layers, first = [], None
+    for index, (live, prefill) in enumerate(zip(live_layers, prefill_layers)):
+        entry = {"layer": index}
+        for tag, a, b in (("k", live[0][0, :, :length], prefill[0][0, :, :length]),
+                          ("v", live[1][0, :, :length], prefill[1][0, :, :length])):
+            bits_differ = ordered_bits(a) != ordered_bits(b)                     # [KV, T, D]
+            entry[tag] = {"max_abs": float((a.float() - b.float()).abs().max()),
+                          "differing": int(bits_differ.sum())}
+            positions = bits_differ.any(-1).any(0).nonzero()
+            if first is None and len(positions):
+                first = {"layer": index, "position": int(positions[0])}
+        layers.append(entry)
+    return {"layers": layers, "first_difference": first}
+
+
+def kvscope_pattern(diff_json):
+    layers = [{"layer": l["layer"], **{t: {"max_abs": l[t]["max_abs"], "differing": l[t]["differing"]} for t in "kv"}}
+              for l in diff_json["layers"]]
+    return {"layers": layers, "first_difference": diff_json["first_difference"]}
+
+
+def hf_greedy(model, prompt, new_tokens, device):
+    """model.generate, greedy, exactly new_tokens + 1 tokens (no end-of-sequence stop)."""
+    model.generation_config = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=new_tokens + 1,
+                                               min_new_tokens=0, eos_token_id=None, pad_token_id=0)
+    ids = torch.tensor([prompt], device=device)
+    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), past_key_values=DynamicCache(config=model.config),
+                         return_dict_in_generate=True)
+    sequence = out.sequences[0].tolist()
+    if len(sequence) != len(prompt) + new_tokens + 1:
+        raise RuntimeError(f"generate returned {len(sequence) - len(prompt)} tokens, expected {new_tokens + 1}")
+    return sequence, cache_layers(out.past_key_values)
+
+
+def run_case(kvscope, work, name, dtype_name, model_dir, args):
+    case = work / f"{name}-{dtype_name}"
+    case.mkdir(parents=True, exist_ok=True)
+    device = torch.device(args.device)
+    dtype = DTYPES[dtype_name]
+    common = ["--model", str(model_dir), "--dtype", dtype_name]
+    vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
+    generator = torch.Generator().manual_seed(len(name) * 7919 + args.prompt_length)
+    prompt = torch.randint(0, vocab, (args.prompt_length,), generator=generator).tolist()
+    n = args.new_tokens
+
+    # kvscope: live cache (prompt, then n greedy tokens fed back), prefill of the same ids, logits, diff.
+    live, prefill, logits = case / "live.st", case / "prefill.st", case / "logits.st"
+    kvscope("cache", "build", *common, "--construction", "live", "--prompt-ids", ",".join(map(str, prompt)),
+            "--generate", str(n), "--out", str(live))
+    kvscope("cache", "build", *common, "--construction", "prefill", "--ids-from", str(live), "--out", str(prefill))
+    kvscope("logits", *common, "--ids-from", str(live), "--out", str(logits))
+    kv_diff = json.loads(kvscope("cache", "diff", str(live), str(prefill), "--json", model_args=False))
+    kv_live = load_file(live)
+    with safe_open(live, "pt") as f:
+        kv_ids = json.loads(f.metadata()["token_ids"]) + [int(kv_live["next_logits"].argmax())]
+
+    # transformers on the same directory.
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation="eager").to(device).eval()
+    with torch.inference_mode():
+        hf_ids, hf_live = hf_greedy(model, prompt, n, device)
+        length = len(prompt) + n
+        forward = model(input_ids=torch.tensor([hf_ids[:length]], device=device),
+                        past_key_values=DynamicCache(config=model.config), use_cache=True)
+        hf_logits = forward.logits[0].float().cpu()
+        hf_prefill = cache_layers(forward.past_key_values)
+
+    kv_logits = load_file(logits)["logits"]
+    greedy = "exact" if kv_ids == hf_ids else next(
+        f"first differs at new token {i - len(prompt)}" for i, (a, b) in enumerate(zip(kv_ids, hf_ids)) if a != b)
+    pattern_hf = difference_pattern(hf_live, hf_prefill, length)
+    pattern_kv = kvscope_pattern(kv_diff)
+    differing_positions = sum(l["k"]["differing"] + l["v"]["differing"] for l in pattern_kv["layers"])
+    return {
+        "checkpoint": name, "dtype": dtype_name,
+        "logits": compare(kv_logits, hf_logits),
+        "greedy": greedy,
+        "live": compare_caches(live, hf_live, length),
+        "prefill": compare_caches(prefill, hf_prefill, length),
+        "pattern": "exact" if pattern_hf == pattern_kv else "differs",
+        "live_vs_prefill": "bit-exact" if kv_diff["bit_exact"] else
+            f"first L{kv_diff['first_difference']['layer']} P{kv_diff['first_difference']['position']}, "
+            f"{differing_positions} elements",
+        "pattern_detail": {"kvscope": pattern_kv, "transformers": pattern_hf},
+    }
+
+
+def cpu_flags():
+    try:
+        flags = next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return "unknown"
+    wanted = ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_bf16"]
+    return " ".join(f for f in wanted if f in flags) or "none of " + ",".join(wanted)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kvscope", required=True, help="the kvscope executable, built against this Python's torch")
+    parser.add_argument("--work", required=True, help="folder for checkpoints and caches")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="intra-op threads on both sides")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtypes", default=None, help="comma list (default: fp32,bf16 on cpu; fp32,bf16,fp16 on cuda)")
+    parser.add_argument("--checkpoints", default=",".join(CHECKPOINTS))
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--prompt-length", type=int, default=16)
+    parser.add_argument("--json-out", help="write every result (with the difference patterns) here")
+    args = parser.parse_args()
+    dtypes = (args.dtypes or ("fp32,bf16,fp16" if args.device.startswith("cuda") else "fp32,bf16")).split(",")
+    torch.set_num_threads(args.threads)
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    kvscope = Kvscope(args.kvscope, args.threads, args.device)
+
+    version = kvscope("--version", model_args=False).strip().replace("\n", "; ")
+    print(f"kvscope: {version}")
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}, {args.threads} threads, "
+          f"device {args.device}, CPU {platform.processor() or platform.machine()} [{cpu_flags()}]")
+    started = time.time()
+    results = []
+    for name in args.checkpoints.split(","):
+        model_dir = work / name
+        if not (model_dir / "config.json").exists():
+            kvscope("make-test-model", "--out", str(model_dir), *SIZE, *CHECKPOINTS[name], model_args=False)
+        for dtype_name in dtypes:
+            results.append(run_case(kvscope, work, name, dtype_name, model_dir, args))
+            r = results[-1]
+            print(f"{name:20} {dtype_name:5} logits: {r['logits']:12} greedy: {r['greedy']:8} live: {r['live']:8} "
+                  f"prefill: {r['prefill']:8} pattern: {r['pattern']:6} (live vs prefill: {r['live_vs_prefill']})",
+                  flush=True)
+    cells = [r[k] for r in results for k in ("logits", "greedy", "live", "prefill", "pattern")]
+    exact = sum(c == "exact" for c in cells)
+    print(f"hf parity: {exact}/{len(cells)} cells bit-exact over {len(results)} checkpoint x dtype cases "
+          f"({args.new_tokens} new tokens, {time.time() - started:.0f} s)")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps({"results": results, "kvscope": version,
+                                                   "transformers": transformers.__version__,
+                                                   "torch": torch.__version__, "threads": args.threads,
+                                                   "cpu_flags": cpu_flags()}, indent=1))
+    return 0 if exact == len(cells) else 1
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except (RuntimeError, OSError) as error:
+        print(f"hf_parity: error: {error}", file=sys.stderr)
+        sys.exit(2)
