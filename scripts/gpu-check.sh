@@ -48,11 +48,20 @@ configure_and_build() {
   printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' "$sysroot/usr/lib/x86_64-linux-gnu" \
     "$sysroot/usr/bin/pkgconf" >"$out/bin/pkg-config"
   chmod +x "$out/bin/pkg-config"
+  # A toolkit without NVRTC (seen: a partial one beside nvcc) can use the one PyTorch's CUDA wheels install.
+  local extra=()
+  if ! ls "$cuda"/lib64/libnvrtc.so* "$cuda"/lib/libnvrtc.so* >/dev/null 2>&1; then
+    local site nvrtc
+    site="$("$python" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')"
+    nvrtc="$(find "$site/nvidia" -name 'libnvrtc.so*' 2>/dev/null | sort | head -1)"
+    [ -n "$nvrtc" ] && extra+=(-DCUDA_nvrtc_LIBRARY="$nvrtc")
+  fi
   export PKG_CONFIG_PATH="$sysroot/usr/lib/x86_64-linux-gnu/pkgconfig:$sysroot/usr/share/pkgconfig"
   export PKG_CONFIG_SYSROOT_DIR="$sysroot"
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVSCOPE_BUILD_GUI=OFF -DKVSCOPE_BUILD_TESTS=OFF \
     -DKVSCOPE_TORCH_PYTHON="$python" -DCMAKE_PREFIX_PATH="$sysroot/usr" -DOPENSSL_ROOT_DIR="$sysroot/usr" \
-    -DPKG_CONFIG_EXECUTABLE="$out/bin/pkg-config" -DCUDA_TOOLKIT_ROOT_DIR="$cuda" -DCUDAToolkit_ROOT="$cuda" &&
+    -DPKG_CONFIG_EXECUTABLE="$out/bin/pkg-config" -DCUDA_TOOLKIT_ROOT_DIR="$cuda" -DCUDAToolkit_ROOT="$cuda" \
+    "${extra[@]}" &&
     cmake --build "$build" -j "$(nproc)" &&
     "$kvscope" --version
 }
