@@ -54,6 +54,12 @@ TestModelSpec tinySpec(const std::string& name) {
     return s;
 }
 
+bool isElementwiseOp(const std::string& op) {
+    for (const char* elementwise : {"embedding", "rope_q", "rope_k", "attn_residual", "mlp_residual"})
+        if (op == elementwise) return true;
+    return false;
+}
+
 const std::string& tinyModel(const std::string& variant) {
     static TempDir root;
     static std::map<std::string, std::string> made;

@@ -23,6 +23,10 @@ private:
 
 std::string testDataDir();  // tests/data in the source tree
 
+// Whether a forward op (a ForwardObserver name) is elementwise or a row gather: on equal inputs it
+// gives equal outputs, so two constructions can never first part bits there.
+bool isElementwiseOp(const std::string& op);
+
 // A tiny generated model of the given architecture, written once per test process.
 // Variants: "qwen2", "llama", "qwen3", "llama3-scaled", "qwen2-tied", "qwen2-sharded"; each with
 // "-wide" (hidden 256): the size at which a 64-token live cache and its one-shot prefill part bits
