@@ -365,6 +365,9 @@ TEST_F(MainWindowTest, EventLoopTurnsWhileTheWorkerDecodesAndCancelStopsIt) {
     EXPECT_GT(streamed.count(), 10);
     EXPECT_GE(ticks, elapsed / 40) << "timer ticks " << ticks << " in " << elapsed << " ms: the GUI thread was blocked";
 
+    // The spy hears sessionDecoded in the worker's thread; the page gets the queued copy a moment later.
+    ASSERT_TRUE(waitFor([&] { return window.sessionPage()->boundary() > 0; })) << "the page shows the finished decode";
+
     // The session's whole study on one item: set the boundary, compare.
     QSignalSpy shown(&window, &MainWindow::analysisShown);
     // Clicking the 10th generated token puts the boundary after it.
