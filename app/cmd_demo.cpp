@@ -34,6 +34,7 @@ void addTrainDemoModel(CLI::App& app) {
     struct Options {
         std::string out;
         train::DemoRecipe recipe;
+        std::string taskFormat = train::formatName(train::DemoRecipe{}.task.format);
     };
     auto o = std::make_shared<Options>();
     CLI::App* cmd = app.add_subcommand("train-demo-model", "Train the small staged-arithmetic demo model (Qwen2 architecture)");
@@ -46,6 +47,8 @@ void addTrainDemoModel(CLI::App& app) {
     cmd->add_option("--layers", o->recipe.numLayers, "Layers")->capture_default_str()->check(CLI::PositiveNumber);
     cmd->add_option("--intermediate-size", o->recipe.intermediateSize, "MLP size")->capture_default_str()->check(CLI::PositiveNumber);
     cmd->add_option("--lr", o->recipe.learningRate, "Peak learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--task-format", o->taskFormat, "plain (one way to write each step) or varied (equivalent ways drawn 50/50)")
+        ->capture_default_str()->check(CLI::IsMember({"plain", "varied"}));
     cmd->add_option("--max-operations", o->recipe.task.maxOperations, "Most stages per problem")->capture_default_str()->check(CLI::Range(1, 8));
     cmd->add_option("--test-items", o->recipe.testItems, "Test set size")->capture_default_str()->check(CLI::Range(1, 100000));
     cmd->add_option("--validation-items", o->recipe.validationItems, "Validation set size")->capture_default_str()->check(CLI::Range(1, 100000));
@@ -54,6 +57,7 @@ void addTrainDemoModel(CLI::App& app) {
     cmd->add_option("--threads", o->recipe.threads, "Intra-op threads (a fixed count keeps the weights reproducible)")
         ->capture_default_str()->check(CLI::NonNegativeNumber);
     cmd->callback([o] {
+        o->recipe.task.format = train::parseArithFormat(o->taskFormat);
         if (o->recipe.task.maxOperations < o->recipe.task.minOperations) o->recipe.task.minOperations = o->recipe.task.maxOperations;
         installInterruptHandler();
         const auto r = train::trainDemoModel(o->recipe, o->out, showTrainingProgress, stopRequested());

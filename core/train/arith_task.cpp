@@ -34,6 +34,31 @@ std::uint64_t hashText(const std::string& text) {  // FNV-1a, then mixed
     return mix(h);
 }
 
+std::string writePlain(const ArithProblem& p) {
+    std::string text;
+    for (std::size_t i = 0; i < p.steps.size(); ++i) text += "Step " + std::to_string(i + 1) + ": " + p.steps[i].plain() + "\n";
+    return text + "Answer: " + std::to_string(p.answer);
+}
+
+// Every step draws three fair coins: operand order (only + and * commute), spacing around the
+// operator and "=", and whether a restatement line follows. All outcomes are equally right.
+std::string writeVaried(const ArithProblem& p, Draws& draw) {
+    std::string text;
+    for (std::size_t i = 0; i < p.steps.size(); ++i) {
+        const ArithStep& s = p.steps[i];
+        const bool swap = s.op != '-' && draw.between(0, 1) == 1;
+        const bool spaced = draw.between(0, 1) == 1;
+        const bool restate = draw.between(0, 1) == 1;
+        const std::string left = std::to_string(swap ? s.operand : s.value);
+        const std::string right = std::to_string(swap ? s.value : s.operand);
+        const std::string gap = spaced ? " " : "";
+        text += "Step " + std::to_string(i + 1) + ": " + left + gap + s.op + gap + right + gap + "=" + gap +
+                std::to_string(s.result) + "\n";
+        if (restate) text += "Value: " + std::to_string(s.result) + "\n";
+    }
+    return text + "Answer: " + std::to_string(p.answer);
+}
+
 }  // namespace
 
 const char* splitName(Split split) {
@@ -45,13 +70,20 @@ const char* splitName(Split split) {
     return "?";
 }
 
-std::string ArithProblem::prompt() const { return "Q: " + question + "\n"; }
+const char* formatName(ArithFormat format) { return format == ArithFormat::Plain ? "plain" : "varied"; }
 
-std::string ArithProblem::completion() const {
-    std::string text;
-    for (std::size_t i = 0; i < steps.size(); ++i) text += "Step " + std::to_string(i + 1) + ": " + steps[i] + "\n";
-    return text + "Answer: " + std::to_string(answer);
+ArithFormat parseArithFormat(const std::string& name) {
+    if (name == "plain") return ArithFormat::Plain;
+    if (name == "varied") return ArithFormat::Varied;
+    throw UsageError("task format '" + name + "': expected plain or varied");
 }
+
+std::string ArithStep::plain() const {
+    return std::to_string(value) + op + std::to_string(operand) + "=" + std::to_string(result);
+}
+
+std::string ArithProblem::prompt() const { return "Q: " + question + "\n"; }
+std::string ArithProblem::completion() const { return worked; }
 
 Split splitOf(const std::string& question) {
     const std::uint64_t bucket = hashText(question) % 20;
@@ -82,10 +114,13 @@ ArithProblem ArithTask::problem(std::uint64_t seed, std::uint64_t index) const {
             next = value * operand;
         }
         p.question += op + std::to_string(operand);
-        p.steps.push_back(std::to_string(value) + op + std::to_string(operand) + "=" + std::to_string(next));
+        p.steps.push_back({value, op, operand, next});
         value = next;
     }
     p.answer = value;
+    // The format's choices are drawn after the problem's own draws, so a plain problem is the same
+    // whichever format is asked for.
+    p.worked = spec_.format == ArithFormat::Plain ? writePlain(p) : writeVaried(p, draw);
     return p;
 }
 

@@ -181,15 +181,23 @@ std::string percent(const AccuracyReport& a) {
 }
 
 void writeModelCard(const fs::path& dir, const DemoRecipe& r, const ModelConfig& c, const TrainingResult& result,
-                    int64_t parameters) {
+                    int64_t parameters, const ArithProblem& example) {
     std::ofstream out(dir / "README.md");
     out << "# kvscope demo model\n\n"
         << "A small Qwen2-architecture model (q/k/v bias, tied embeddings) trained by "
            "`kvscope train-demo-model` on a synthetic staged arithmetic task, so that kvscope's study "
            "runs end to end with real correctness labels where no weights can be downloaded. It is "
            "not a language model.\n\n"
-        << "## Task\n\n```\nQ: 37+48-19*2\nStep 1: 37+48=85\nStep 2: 85-19=66\nStep 3: 66*2=132\nAnswer: 132\n```\n\n"
+        << "## Task\n\nA training example (format `" << formatName(r.task.format) << "`):\n\n```\n"
+        << example.prompt() << example.completion() << "\n```\n\n"
         << "The prompt is the `Q:` line; the model writes the steps and the answer, then `<|endoftext|>`. "
+        << (r.task.format == ArithFormat::Varied
+                ? "Each step draws three fair coins independently for every training sequence: operand order of + "
+                  "and * (`48+37=85` / `37+48=85`), spacing (`85-19=66` / `85 - 19 = 66`), and an optional "
+                  "restatement line `Value: 85`. All are equally right, so at those points the model learns a "
+                  "near-50/50 choice, as a reasoning model faces between equivalent phrasings; the `Step N:` "
+                  "labels never vary, so the boundary marker `\\nStep 2:` is unambiguous. "
+                : "Every step is written one way only. ")
         << "Operations per problem: " << r.task.minOperations << "-" << r.task.maxOperations
         << "; + and - operands up to " << r.task.maxOperand << ", * by one digit; every intermediate in [0, "
         << r.task.maxValue << "]. Splits are decided by a hash of the question (about 90/5/5), so "
@@ -214,7 +222,8 @@ void writeModelCard(const fs::path& dir, const DemoRecipe& r, const ModelConfig&
     for (const AccuracyReport& a : result.validation) out << "| validation accuracy, " << a.dtype << " | " << percent(a) << " |\n";
     for (const AccuracyReport& a : result.test) out << "| test accuracy, " << a.dtype << " | " << percent(a) << " |\n";
     out << "| weights fingerprint (bf16) | `" << result.fingerprint << "` |\n\n"
-        << "Greedy decoding, at most 64 new tokens, answer = the integer after the last `Answer:`.\n\n"
+        << "Greedy decoding, at most " << r.evalMaxNewTokens
+        << " new tokens, answer = the integer after the last `Answer:`.\n\n"
         << "## Reproducibility\n\n"
            "Data order, initial weights (libtorch's CPU generator seeded with `seed`) and the optimiser are "
            "deterministic. libtorch's CPU kernels give the same bits for the same thread count on the same "
@@ -234,21 +243,23 @@ int64_t countParameters(const ModelConfig& c, const Weights& w) {
 
 nlohmann::json DemoRecipe::toJson() const {
     return {{"seed", seed},
-            {"task", {{"min_operations", task.minOperations}, {"max_operations", task.maxOperations},
-                      {"max_operand", task.maxOperand}, {"max_value", task.maxValue}}},
+            {"task", {{"format", formatName(task.format)}, {"min_operations", task.minOperations},
+                      {"max_operations", task.maxOperations}, {"max_operand", task.maxOperand}, {"max_value", task.maxValue}}},
             {"hidden_size", hiddenSize}, {"layers", numLayers}, {"heads", numHeads}, {"kv_heads", numKvHeads},
             {"intermediate_size", intermediateSize}, {"bpe_merges", bpeMerges}, {"steps", steps},
             {"tokens_per_step", tokensPerStep}, {"learning_rate", learningRate}, {"warmup_steps", warmupSteps},
-            {"weight_decay", weightDecay}, {"grad_clip", gradClip}, {"threads", threads}};
+            {"weight_decay", weightDecay}, {"grad_clip", gradClip}, {"threads", threads},
+            {"eval_max_new_tokens", evalMaxNewTokens}};
 }
 
 AccuracyReport evaluateArithmetic(const std::string& modelDir, const std::vector<ArithProblem>& problems,
-                                  const std::string& dtype, const std::function<void(int64_t)>& onItem) {
+                                  const std::string& dtype, int64_t maxNewTokens,
+                                  const std::function<void(int64_t)>& onItem) {
     Transformer model = Transformer::load(modelDir, parseDtype(dtype), torch::kCPU);
     Tokenizer tokenizer = Tokenizer::fromModelDir(modelDir);
     Generator generator(model);
     StopRules stops;
-    stops.maxNewTokens = 64;
+    stops.maxNewTokens = maxNewTokens;
     stops.eosIds = model.config().eosTokenIds;
     AccuracyReport report{dtype, 0, 0};
     for (const ArithProblem& p : problems) {
@@ -335,12 +346,12 @@ TrainingResult trainInto(const fs::path& staging, const fs::path& outDir, const 
                     onProgress({done, static_cast<int64_t>(total), 0, 0, 0, std::string(phase) + " " + dtype});
             };
         };
-        result.validation.push_back(evaluateArithmetic(staging.string(), validation, dtype, report("validation", validation.size())));
-        result.test.push_back(evaluateArithmetic(staging.string(), test, dtype, report("test", test.size())));
+        result.validation.push_back(evaluateArithmetic(staging.string(), validation, dtype, r.evalMaxNewTokens, report("validation", validation.size())));
+        result.test.push_back(evaluateArithmetic(staging.string(), test, dtype, r.evalMaxNewTokens, report("test", test.size())));
     }
     result.fingerprint = Transformer::load(staging.string(), torch::kBFloat16, torch::kCPU).fingerprint();
     result.seconds = secondsSince(t0);
-    writeModelCard(staging, r, config, result, countParameters(config, model.weights()));
+    writeModelCard(staging, r, config, result, countParameters(config, model.weights()), task.problem(r.seed, 0));
     return result;
 }
 

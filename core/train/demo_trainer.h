@@ -20,14 +20,14 @@ namespace kvscope::train {
 
 struct DemoRecipe {
     std::uint64_t seed = 1;
-    ArithTaskSpec task;
+    ArithTaskSpec task = {2, 4, 50, 199, ArithFormat::Varied};
     int64_t hiddenSize = 128;
     int64_t numLayers = 4;
     int64_t numHeads = 4;
     int64_t numKvHeads = 2;
     int64_t intermediateSize = 384;
     int bpeMerges = 48;               // beyond the 256 byte tokens
-    int64_t steps = 6000;
+    int64_t steps = 9000;            // varied traces are ~1.8x the plain ones' tokens
     // Sequences packed into one row per optimiser step. Attention over a packed row costs S^2, so
     // short rows train faster per token (measured: 384 tokens 6.5k tok/s, 768 4.1k, 1536 3.2k).
     int64_t tokensPerStep = 384;
@@ -40,6 +40,7 @@ struct DemoRecipe {
     int threads = 1;
     std::size_t testItems = 200;
     std::size_t validationItems = 200;
+    int64_t evalMaxNewTokens = 112;   // the longest varied trace (4 steps, all spaced and restated) is ~102 tokens
 
     nlohmann::json toJson() const;
 };
@@ -75,6 +76,7 @@ TrainingResult trainDemoModel(const DemoRecipe& recipe, const std::string& outDi
 
 // Greedy accuracy of the checkpoint in DIR on a JSONL test set of this task, in `dtype`.
 AccuracyReport evaluateArithmetic(const std::string& modelDir, const std::vector<ArithProblem>& problems,
-                                  const std::string& dtype, const std::function<void(int64_t done)>& onItem = {});
+                                  const std::string& dtype, int64_t maxNewTokens,
+                                  const std::function<void(int64_t done)>& onItem = {});
 
 }  // namespace kvscope::train

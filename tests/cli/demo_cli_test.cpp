@@ -42,7 +42,7 @@ TEST(ShippedDemoModel, IsTheTrainedCheckpointItsCardDescribes) {
     const std::string card = test::readTextFile(demoModel() + "/README.md");
     EXPECT_NE(card.find(model.fingerprint()), std::string::npos) << "the card names the shipped weights' fingerprint";
     // A random model answers none of these; the trained one answers most.
-    const auto report = train::evaluateArithmetic(demoModel(), shippedTestProblems(40), "fp32");
+    const auto report = train::evaluateArithmetic(demoModel(), shippedTestProblems(40), "fp32", train::DemoRecipe{}.evalMaxNewTokens);
     EXPECT_EQ(report.total, 40);
     EXPECT_GE(report.correct, 20) << "the shipped model should answer at least half of the first 40 test items";
     EXPECT_GT(std::filesystem::file_size(demoModel() + "/test.jsonl"), 0u);

@@ -11,15 +11,18 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <algorithm>
 #include <set>
+#include <sstream>
 
 namespace kvscope {
 namespace {
 
 using namespace train;
 
-// "85-19=66" -> checks the arithmetic of one step.
-bool stepIsCorrect(const std::string& step) {
+// "85-19=66" or "19 + 85 = 104" -> checks the arithmetic of one written step.
+bool stepIsCorrect(std::string step) {
+    step.erase(std::remove(step.begin(), step.end(), ' '), step.end());
     const auto eq = step.find('=');
     const auto op = step.find_first_of("+-*", 1);
     const int64_t a = std::stoll(step.substr(0, op)), b = std::stoll(step.substr(op + 1, eq - op - 1));
@@ -27,25 +30,86 @@ bool stepIsCorrect(const std::string& step) {
     return c == (step[op] == '+' ? a + b : step[op] == '-' ? a - b : a * b);
 }
 
+std::vector<std::string> linesOf(const std::string& text) {
+    std::vector<std::string> lines;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+}
+
 TEST(ArithTask, ProblemsAreDeterministicAndTheirStepsAreRight) {
-    const ArithTask task;
-    for (std::uint64_t i = 0; i < 500; ++i) {
-        const ArithProblem p = task.problem(7, i);
-        EXPECT_EQ(p.question, task.problem(7, i).question);
-        ASSERT_GE(p.steps.size(), 2u);
-        ASSERT_LE(p.steps.size(), 3u);
-        int64_t value = std::stoll(p.steps[0].substr(0, p.steps[0].find_first_of("+-*", 1)));
-        for (const std::string& s : p.steps) {
-            EXPECT_TRUE(stepIsCorrect(s)) << s;
-            EXPECT_EQ(std::stoll(s.substr(0, s.find_first_of("+-*", 1))), value) << "each step starts from the last result";
-            value = std::stoll(s.substr(s.find('=') + 1));
-            EXPECT_GE(value, 0);
-            EXPECT_LE(value, task.spec().maxValue);
+    for (const ArithFormat format : {ArithFormat::Plain, ArithFormat::Varied}) {
+        ArithTaskSpec spec;
+        spec.format = format;
+        const ArithTask task(spec);
+        for (std::uint64_t i = 0; i < 500; ++i) {
+            const ArithProblem p = task.problem(7, i);
+            EXPECT_EQ(p.completion(), task.problem(7, i).completion());
+            ASSERT_GE(p.steps.size(), 2u);
+            ASSERT_LE(p.steps.size(), 3u);
+            int64_t value = p.steps[0].value;
+            for (const ArithStep& s : p.steps) {
+                EXPECT_TRUE(stepIsCorrect(s.plain())) << s.plain();
+                EXPECT_EQ(s.value, value) << "each step starts from the last result";
+                value = s.result;
+                EXPECT_GE(value, 0);
+                EXPECT_LE(value, task.spec().maxValue);
+            }
+            EXPECT_EQ(value, p.answer);
+            EXPECT_EQ(parseAnswer(p.completion()), p.answer);
+            // What the model is taught is right line by line, and the step labels count up.
+            int label = 0;
+            for (const std::string& line : linesOf(p.completion())) {
+                if (line.rfind("Step ", 0) == 0) {
+                    EXPECT_EQ(line.substr(0, line.find(':')), "Step " + std::to_string(++label)) << p.completion();
+                    EXPECT_TRUE(stepIsCorrect(line.substr(line.find(':') + 2))) << line;
+                } else if (line.rfind("Value: ", 0) == 0) {
+                    EXPECT_EQ(format, ArithFormat::Varied) << "only the varied format restates";
+                    EXPECT_EQ(std::stoll(line.substr(7)), p.steps[static_cast<std::size_t>(label - 1)].result) << line;
+                } else {
+                    EXPECT_EQ(line, "Answer: " + std::to_string(p.answer)) << p.completion();
+                }
+            }
+            EXPECT_EQ(label, static_cast<int>(p.steps.size()));
         }
-        EXPECT_EQ(value, p.answer);
-        EXPECT_EQ(parseAnswer(p.completion()), p.answer);
+        EXPECT_NE(task.problem(7, 0).question, task.problem(8, 0).question);
     }
-    EXPECT_NE(task.problem(7, 0).question, task.problem(8, 0).question);
+}
+
+TEST(ArithTask, PlainFormatIsTheOriginalTaskAndVariedDrawsEachChoiceAboutHalfTheTime) {
+    ArithTaskSpec plainSpec, variedSpec;
+    plainSpec.format = ArithFormat::Plain;
+    const ArithTask plain(plainSpec), varied(variedSpec);
+    // Pinned from 0.1's shipped test.jsonl (recipe seed 1): the plain format draws what it always did.
+    const std::vector<ArithProblem> test = plain.draw(1, Split::Test, 3);
+    EXPECT_EQ(test[0].prompt() + test[0].completion(), "Q: 28-26+15\nStep 1: 28-26=2\nStep 2: 2+15=17\nAnswer: 17");
+    EXPECT_EQ(test[1].question, "16*6*2-4");
+    EXPECT_EQ(test[2].question, "44+23-43");
+    int commutative = 0, swapped = 0, steps = 0, spaced = 0, restated = 0;
+    for (std::uint64_t i = 0; i < 2000; ++i) {
+        const ArithProblem a = plain.problem(3, i), b = varied.problem(3, i);
+        ASSERT_EQ(a.question, b.question) << "the format changes only how the steps are written";
+        ASSERT_EQ(a.answer, b.answer);
+        std::size_t step = 0;
+        for (const std::string& line : linesOf(b.completion())) {
+            if (line.rfind("Value: ", 0) == 0) ++restated;
+            if (line.rfind("Step ", 0) != 0) continue;
+            const ArithStep& s = b.steps[step++];
+            const std::string body = line.substr(line.find(':') + 2);
+            ++steps;
+            spaced += body.find(' ') != std::string::npos;
+            if (s.op == '-') continue;
+            ++commutative;
+            swapped += std::stoll(body) != s.value;
+        }
+    }
+    auto nearHalf = [](int k, int n) { return std::abs(static_cast<double>(k) / n - 0.5) < 0.05; };
+    EXPECT_TRUE(nearHalf(spaced, steps)) << spaced << "/" << steps;
+    EXPECT_TRUE(nearHalf(restated, steps)) << restated << "/" << steps;
+    // Swapping equal operands is invisible, so allow for those.
+    EXPECT_TRUE(nearHalf(swapped, commutative) || std::abs(static_cast<double>(swapped) / commutative - 0.5) < 0.07)
+        << swapped << "/" << commutative;
+    EXPECT_THROW(parseArithFormat("fancy"), UsageError);
 }
 
 TEST(ArithTask, SplitsNeverShareAQuestion) {
