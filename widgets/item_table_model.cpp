@@ -37,7 +37,21 @@ QString transplantVerdict(const ItemRecord& item) {
     return *intoPrefill ? QObject::tr("follows donor: prefill<-live only") : QObject::tr("follows donor: live<-prefill only");
 }
 
+std::optional<double> measureOf(const ItemRecord& item, ItemMeasure measure) {
+    const int step = firstDivergence(item);
+    if (step < 0) return std::nullopt;
+    if (measure == ItemMeasure::FirstDivergence) return step;
+    const json* m = jsonAt(item.results, {"matched", "at_divergence", "live", "margin"});
+    return m && m->is_number() ? std::optional<double>(m->get<double>()) : std::nullopt;
+}
+
 }  // namespace item_results
+
+bool ItemRange::contains(const ItemRecord& item) const {
+    if (!active) return true;
+    const std::optional<double> v = item_results::measureOf(item, measure);
+    return v && *v >= lower && *v < upper;
+}
 
 namespace {
 QVariant yesNo(const json& results, std::initializer_list<const char*> path) {
@@ -46,11 +60,6 @@ QVariant yesNo(const json& results, std::initializer_list<const char*> path) {
     return at->get<bool>() ? QObject::tr("yes") : QObject::tr("no");
 }
 
-// Top-1 minus top-2 logit on the live side at the first divergence, if recorded.
-const json* liveMarginAtDivergence(const ItemRecord& item) {
-    const json* m = jsonAt(item.results, {"matched", "at_divergence", "live", "margin"});
-    return m && m->is_number() ? m : nullptr;
-}
 }  // namespace
 
 ItemTableModel::ItemTableModel(QObject* parent) : QAbstractTableModel(parent) {}
@@ -98,8 +107,8 @@ QVariant ItemTableModel::display(const ItemRecord& item, int column) const {
             return d < 0 ? QVariant() : QVariant(d);
         }
         case MarginColumn: {
-            const json* m = item_results::firstDivergence(item) < 0 ? nullptr : liveMarginAtDivergence(item);
-            return m ? QVariant(QString::number(m->get<double>(), 'g', 4)) : QVariant();
+            const auto m = item_results::measureOf(item, ItemMeasure::MarginAtDivergence);
+            return m ? QVariant(QString::number(*m, 'g', 4)) : QVariant();
         }
         case CorrectLiveColumn: return yesNo(r, {"matched", "correct_live"});
         case CorrectPrefillColumn: return yesNo(r, {"matched", "correct_prefill"});
@@ -129,8 +138,8 @@ QVariant ItemTableModel::sortKey(const ItemRecord& item, int column) const {
         case IdColumn: return static_cast<qlonglong>(item.index);
         case FirstDivergenceColumn: return item_results::firstDivergence(item);
         case MarginColumn: {
-            const json* m = liveMarginAtDivergence(item);
-            return m ? m->get<double>() : 1e300;
+            const auto m = item_results::measureOf(item, ItemMeasure::MarginAtDivergence);
+            return m ? *m : 1e300;
         }
         default: return display(item, column);
     }
@@ -176,11 +185,20 @@ void ItemFilterProxy::setProtocol(const QString& protocol) {
     invalidateFilter();
 }
 
+void ItemFilterProxy::setRange(const ItemRange& range) {
+    range_ = range;
+    invalidateFilter();
+}
+
 bool ItemFilterProxy::filterAcceptsRow(int sourceRow, const QModelIndex& sourceParent) const {
     const QModelIndex index = sourceModel()->index(sourceRow, 0, sourceParent);
     if (divergentOnly_ && !index.data(ItemTableModel::DivergentRole).toBool()) return false;
     if (flippedOnly_ && !index.data(ItemTableModel::FlippedRole).toBool()) return false;
     if (!protocol_.isEmpty() && !index.data(ItemTableModel::ProtocolsRole).toStringList().contains(protocol_)) return false;
+    if (range_.active) {
+        const auto* items = qobject_cast<const ItemTableModel*>(sourceModel());
+        if (!items || !range_.contains(items->record(sourceRow))) return false;
+    }
     return true;
 }
 

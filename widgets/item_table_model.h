@@ -6,9 +6,20 @@
 #include <QAbstractTableModel>
 #include <QSortFilterProxyModel>
 
+#include <optional>
 #include <vector>
 
 namespace kvscope::widgets {
+
+enum class ItemMeasure { FirstDivergence, MarginAtDivergence };
+
+// The items whose measure lies in [lower, upper); `active` false means no range filter.
+struct ItemRange {
+    bool active = false;
+    ItemMeasure measure = ItemMeasure::FirstDivergence;
+    double lower = 0, upper = 0;
+    bool contains(const experiments::ItemRecord& item) const;
+};
 
 class ItemTableModel : public QAbstractTableModel {
     Q_OBJECT
@@ -59,6 +70,8 @@ public:
     void setDivergentOnly(bool on);
     void setFlippedOnly(bool on);
     void setProtocol(const QString& protocol);  // empty: any
+    void setRange(const ItemRange& range);       // a histogram bar's items only (inactive: all)
+    const ItemRange& range() const { return range_; }
 
 protected:
     bool filterAcceptsRow(int sourceRow, const QModelIndex& sourceParent) const override;
@@ -66,6 +79,7 @@ protected:
 private:
     bool divergentOnly_ = false, flippedOnly_ = false;
     QString protocol_;
+    ItemRange range_;
 };
 
 // Helpers over one record's JSON results, shared by the views.
@@ -74,6 +88,8 @@ bool divergent(const experiments::ItemRecord& item);
 int firstDivergence(const experiments::ItemRecord& item);  // -1 when equal or not run
 bool flipped(const experiments::ItemRecord& item);
 QString transplantVerdict(const experiments::ItemRecord& item);  // "follows donor (both ways)", ...
+// The value of `measure` for one item, if it diverged and the value was recorded.
+std::optional<double> measureOf(const experiments::ItemRecord& item, ItemMeasure measure);
 }  // namespace item_results
 
 }  // namespace kvscope::widgets

@@ -1,6 +1,7 @@
 #include "widgets/ledger_page.h"
 
 #include "widgets/item_table_model.h"
+#include "widgets/ledger_summary_view.h"
 #include "widgets/run_table_model.h"
 
 #include "core/util/error.h"
@@ -15,6 +16,8 @@
 #include <QSplitter>
 #include <QTableView>
 #include <QVBoxLayout>
+
+#include <cmath>
 
 namespace kvscope::widgets {
 
@@ -37,6 +40,8 @@ void LedgerPage::setupViews() {
     auto* itemsBox = new QWidget(splitter);
     auto* itemsLayout = new QVBoxLayout(itemsBox);
     itemsLayout->setContentsMargins(0, 0, 0, 0);
+    summary_ = new LedgerSummaryView(itemsBox);
+    itemsLayout->addWidget(summary_);
     auto* bar = new QWidget(itemsBox);
     setupFilters(bar);
     itemsLayout->addWidget(bar);
@@ -73,10 +78,18 @@ void LedgerPage::setupFilters(QWidget* bar) {
     row->addWidget(protocol);
     row->addStretch(1);
     row->addWidget(counts_);
-    auto updateCounts = [this] { counts_->setText(tr("%1 of %2 items").arg(proxy_->rowCount()).arg(items_->rowCount())); };
+    auto updateCounts = [this] {
+        const ItemRange& r = proxy_->range();
+        const QString range = !r.active ? QString()
+                              : r.measure == ItemMeasure::FirstDivergence
+                                  ? tr(" (first divergence %1-%2)").arg(r.lower).arg(std::ceil(r.upper) - 1)
+                                  : tr(" (margin %1 to %2)").arg(r.lower, 0, 'g', 3).arg(r.upper, 0, 'g', 3);
+        counts_->setText(tr("%1 of %2 items%3").arg(proxy_->rowCount()).arg(items_->rowCount()).arg(range));
+    };
     connect(divergent, &QCheckBox::toggled, proxy_, &ItemFilterProxy::setDivergentOnly);
     connect(flipped, &QCheckBox::toggled, proxy_, &ItemFilterProxy::setFlippedOnly);
     connect(protocol, &QComboBox::currentIndexChanged, this, [this, protocol] { proxy_->setProtocol(protocol->currentData().toString()); });
+    connect(summary_, &LedgerSummaryView::rangeChanged, proxy_, &ItemFilterProxy::setRange);
     connect(proxy_, &QAbstractItemModel::rowsInserted, this, updateCounts);
     connect(proxy_, &QAbstractItemModel::rowsRemoved, this, updateCounts);
     connect(proxy_, &QAbstractItemModel::modelReset, this, updateCounts);
@@ -100,6 +113,8 @@ void LedgerPage::showRun(int row) {
     currentRun_ = row;
     const experiments::Ledger ledger(path_.toStdString());
     items_->setItems(ledger.items(runInfos_[static_cast<std::size_t>(row)].runId));
+    summary_->setItems(items_->items(), runInfos_[static_cast<std::size_t>(row)]);
+    proxy_->setRange({});
 }
 
 const experiments::RunInfo* LedgerPage::currentRun() const {

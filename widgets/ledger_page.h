@@ -14,6 +14,7 @@ namespace kvscope::widgets {
 
 class ItemFilterProxy;
 class ItemTableModel;
+class LedgerSummaryView;
 class RunTableModel;
 
 class LedgerPage : public QWidget {
@@ -31,6 +32,7 @@ public:
     ItemTableModel* itemModel() const { return items_; }
     ItemFilterProxy* itemProxy() const { return proxy_; }
     QTableView* itemView() const { return itemView_; }
+    LedgerSummaryView* summaryView() const { return summary_; }
 
 signals:
     void itemSelected(const experiments::RunInfo& run, const experiments::ItemRecord& item);
@@ -49,6 +51,7 @@ private:
     ItemFilterProxy* proxy_ = nullptr;
     QTableView *runView_ = nullptr, *itemView_ = nullptr;
     QLabel* counts_ = nullptr;
+    LedgerSummaryView* summary_ = nullptr;
 };
 
 }  // namespace kvscope::widgets

@@ -1,0 +1,177 @@
+#include "widgets/ledger_summary_view.h"
+
+#include "widgets/item_table_model.h"
+#include "widgets/json_path.h"
+
+#include "experiments/report.h"
+
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QVBoxLayout>
+#include <qcustomplot.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvscope::widgets {
+
+using experiments::ItemRecord;
+using nlohmann::json;
+
+std::vector<HistogramBar> histogramOf(const std::vector<ItemRecord>& items, ItemMeasure measure, int maxBars) {
+    std::vector<double> values;
+    for (const ItemRecord& item : items)
+        if (const auto v = item_results::measureOf(item, measure)) values.push_back(*v);
+    if (values.empty()) return {};
+    const double top = *std::max_element(values.begin(), values.end());
+    // Steps are integers: a bar per step while they fit, else whole steps per bar. Margins are
+    // continuous and non-negative: equal bars from 0, the last one closed over the maximum.
+    const double width = measure == ItemMeasure::FirstDivergence ? std::ceil((top + 1) / maxBars)
+                         : top > 0                               ? top / maxBars
+                                                                 : 1.0;
+    const int count = measure == ItemMeasure::FirstDivergence ? static_cast<int>(std::floor(top / width)) + 1 : maxBars;
+    std::vector<HistogramBar> bars(static_cast<std::size_t>(count));
+    for (int i = 0; i < count; ++i) bars[static_cast<std::size_t>(i)] = {i * width, (i + 1) * width, 0};
+    if (measure == ItemMeasure::MarginAtDivergence)  // [lower, upper) must hold the largest margin too
+        bars.back().upper = std::nextafter(std::max(bars.back().upper, top), HUGE_VAL);
+    for (const double v : values) {
+        const auto at = static_cast<std::size_t>(std::clamp<double>(std::floor(v / width), 0, count - 1));
+        ++bars[at].count;
+    }
+    return bars;
+}
+
+QString summaryLine(const std::vector<ItemRecord>& items, const experiments::RunInfo& run) {
+    const json report = experiments::buildReport(items, run);
+    const json& m = report["matched"];
+    const int n = m.value("n", 0);
+    if (n == 0) return QObject::tr("%1 items; no live-vs-prefill comparison (matched) in this run").arg(items.size());
+    auto percent = [](double x) { return QStringLiteral("%1%").arg(100 * x, 0, 'f', 1); };
+    const int differ = m.value("suffix_differ", 0);
+    QString line = QObject::tr("n %1  |  suffixes differ %2 (%3)  |  labels flipped %4  |  accuracy live %5 / prefill %6")
+                       .arg(n)
+                       .arg(differ)
+                       .arg(percent(static_cast<double>(differ) / n))
+                       .arg(m.value("label_differ", 0))
+                       .arg(percent(m.value("accuracy_live", 0.0)), percent(m.value("accuracy_prefill", 0.0)));
+    if (const json* ci = jsonAt(m, {"accuracy_diff_ci"}); ci && ci->is_array() && ci->size() == 2)
+        line += QObject::tr(", diff %1 pt, paired 95% CI [%2, %3]")
+                    .arg(100 * m.value("accuracy_diff", 0.0), 0, 'f', 1)
+                    .arg(100 * (*ci)[0].get<double>(), 0, 'f', 1)
+                    .arg(100 * (*ci)[1].get<double>(), 0, 'f', 1);
+    for (const char* dtype : {"bf16", "fp32"})
+        if (const json* t = jsonAt(report, {"fixed_prefix_2x2", dtype}); t && t->value("n", 0) > 0)
+            line += QObject::tr("  |  2x2 %1 disagree %2/%3").arg(QString::fromLatin1(dtype)).arg(t->value("disagree", 0)).arg(t->value("n", 0));
+    return line;
+}
+
+LedgerSummaryView::LedgerSummaryView(QWidget* parent) : QWidget(parent) {
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    summary_ = new QLabel(tr("Open a ledger to see what its run found."), this);
+    summary_->setWordWrap(true);
+    summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    layout->addWidget(summary_);
+    auto* plots = new QHBoxLayout;
+    divergencePlot_ = makePlot(ItemMeasure::FirstDivergence);
+    marginPlot_ = makePlot(ItemMeasure::MarginAtDivergence);
+    plots->addWidget(divergencePlot_);
+    plots->addWidget(marginPlot_);
+    layout->addLayout(plots);
+}
+
+QCustomPlot* LedgerSummaryView::makePlot(ItemMeasure measure) {
+    auto* plot = new QCustomPlot(this);
+    plot->setMinimumHeight(130);
+    plot->setMaximumHeight(180);
+    plot->xAxis->setLabel(measure == ItemMeasure::FirstDivergence ? tr("first divergence (generated step after the boundary)")
+                                                                  : tr("top-1/top-2 margin at divergence (live)"));
+    plot->yAxis->setLabel(tr("items"));
+    auto* bars = new QCPBars(plot->xAxis, plot->yAxis);
+    bars->setWidthType(QCPBars::wtPlotCoords);
+    bars->setSelectable(QCP::stSingleData);
+    auto* note = new QCPItemText(plot);  // the empty state, shown instead of bars
+    note->position->setType(QCPItemPosition::ptAxisRectRatio);
+    note->position->setCoords(0.5, 0.5);
+    note->setText(tr("no divergent items"));
+    connect(plot, &QCustomPlot::plottableClick, this,
+            [this, measure](QCPAbstractPlottable*, int index, QMouseEvent*) { onBarClicked(measure, index); });
+    return plot;
+}
+
+QCustomPlot* LedgerSummaryView::plot(ItemMeasure measure) const {
+    return measure == ItemMeasure::FirstDivergence ? divergencePlot_ : marginPlot_;
+}
+
+const std::vector<HistogramBar>& LedgerSummaryView::bars(ItemMeasure measure) const {
+    return measure == ItemMeasure::FirstDivergence ? divergenceBars_ : marginBars_;
+}
+
+QString LedgerSummaryView::summaryText() const { return summary_->text(); }
+
+void LedgerSummaryView::setItems(const std::vector<ItemRecord>& items, const experiments::RunInfo& run) {
+    summary_->setText(summaryLine(items, run));
+    divergenceBars_ = histogramOf(items, ItemMeasure::FirstDivergence);
+    marginBars_ = histogramOf(items, ItemMeasure::MarginAtDivergence);
+    range_ = {};
+    showBars(ItemMeasure::FirstDivergence);
+    showBars(ItemMeasure::MarginAtDivergence);
+}
+
+void LedgerSummaryView::showBars(ItemMeasure measure) {
+    QCustomPlot* p = plot(measure);
+    auto* graph = static_cast<QCPBars*>(p->plottable(0));
+    const std::vector<HistogramBar>& b = bars(measure);
+    QVector<double> centres, counts;
+    for (const HistogramBar& bar : b) {
+        centres << (bar.lower + bar.upper) / 2;
+        counts << bar.count;
+    }
+    graph->setData(centres, counts, true);
+    graph->setWidth(b.empty() ? 1 : (b.front().upper - b.front().lower) * 0.9);
+    graph->setSelection(QCPDataSelection());
+    const bool empty = b.empty();
+    // Empty state: no divergent item means no bars; the plot says so instead of showing bare axes.
+    p->xAxis->setRange(empty ? QCPRange(0, 1) : QCPRange(b.front().lower, b.back().upper));
+    int highest = 1;
+    for (const HistogramBar& bar : b) highest = std::max(highest, bar.count);
+    p->yAxis->setRange(0, highest * 1.1);
+    p->xAxis->setTicks(!empty);
+    p->yAxis->setTicks(!empty);
+    p->item(0)->setVisible(empty);
+    p->setToolTip(empty ? tr("No item diverged in this run.") : tr("Click a bar to list its items; click it again to list all."));
+    p->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void LedgerSummaryView::onBarClicked(ItemMeasure measure, int index) {
+    const std::vector<HistogramBar>& b = bars(measure);
+    if (index < 0 || index >= static_cast<int>(b.size())) return;
+    const HistogramBar& bar = b[static_cast<std::size_t>(index)];
+    const bool same = range_.active && range_.measure == measure && range_.lower == bar.lower;
+    range_ = same ? ItemRange{} : ItemRange{true, measure, bar.lower, bar.upper};
+    highlight();
+    emit rangeChanged(range_);
+}
+
+void LedgerSummaryView::clearRange() {
+    if (!range_.active) return;
+    range_ = {};
+    highlight();
+    emit rangeChanged(range_);
+}
+
+void LedgerSummaryView::highlight() {
+    for (const ItemMeasure measure : {ItemMeasure::FirstDivergence, ItemMeasure::MarginAtDivergence}) {
+        auto* graph = static_cast<QCPBars*>(plot(measure)->plottable(0));
+        QCPDataSelection selection;
+        if (range_.active && range_.measure == measure) {
+            const auto& b = bars(measure);
+            for (std::size_t i = 0; i < b.size(); ++i)
+                if (b[i].lower == range_.lower) selection.addDataRange(QCPDataRange(static_cast<int>(i), static_cast<int>(i) + 1));
+        }
+        graph->setSelection(selection);
+        plot(measure)->replot(QCustomPlot::rpQueuedReplot);
+    }
+}
+
+}  // namespace kvscope::widgets
