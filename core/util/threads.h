@@ -1,7 +1,8 @@
 #pragma once
 namespace kvscope {
 
-// Uses `threads` intra-op threads (0: all cores). libtorch here defaults to one thread unless told.
+// Uses `threads` intra-op threads (0: all cores) in every pool libtorch computes on: its own (OpenMP,
+// MKL) and OpenBLAS's. libtorch here defaults to one thread unless told.
 void configureThreads(int threads);
 
 // libtorch runs elementwise kernels on OpenMP threads and fp32 matrix products on OpenBLAS's own

@@ -2,10 +2,15 @@
 #include "core/decode/generator.h"
 #include "core/model/transformer.h"
 #include "core/util/error.h"
+#include "core/util/threads.h"
 #include "support/reference_model.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
+
+#include <ATen/Parallel.h>
+
+#include <dlfcn.h>
 
 namespace kvscope {
 namespace {
@@ -163,6 +168,17 @@ TEST(GroupedQueryAttention, EqualsMultiHeadAttentionWithRepeatedKeyValueHeads) {
     KvCache a = gqa.newCache(), b = mha.newCache();
     torch::Tensor la = gqa.forward(kIds, a, Logits::All), lb = mha.forward(kIds, b, Logits::All);
     EXPECT_LT((la - lb).abs().max().item<double>(), 1e-5);
+}
+
+TEST(Threads, ConfigureThreadsBoundsEveryPoolIncludingOpenBlas) {
+    using GetThreads = int (*)();
+    auto* openblas = reinterpret_cast<GetThreads>(::dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+    for (const int n : {1, 2}) {
+        configureThreads(n);
+        EXPECT_EQ(at::get_num_threads(), n);
+        if (openblas) EXPECT_EQ(openblas(), n) << "OpenBLAS keeps its own pool; --threads must bound it too";
+    }
+    if (!openblas) GTEST_SKIP() << "this libtorch does not use OpenBLAS (libtorch's own pool was checked)";
 }
 
 }  // namespace
