@@ -1,5 +1,7 @@
 #include "cli_common.h"
 
+#include "core/cache/cache_io.h"
+
 #include "core/util/threads.h"
 
 #include <unistd.h>
@@ -57,14 +59,19 @@ void addModelOptions(CLI::App* cmd, ModelOptions& o) {
     cmd->add_option("--model", o.model, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)")
         ->required()
         ->check(CLI::ExistingDirectory);
-    cmd->add_option("--dtype", o.dtype, "Compute dtype: fp32, bf16, or fp16 (CUDA only)")
-        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+    cmd->add_option("--dtype", o.dtype, "Compute dtype: fp32, bf16, or fp16 (CUDA only); with a cache, default: the cache's")
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+        ->each([&o](const std::string&) { o.dtypeGiven = true; });
     cmd->add_option("--device", o.device, "cpu, cuda or cuda:N");
     cmd->add_option("--decode-kernel", o.decodeKernel,
                     "linear (default: transformers' F.linear, its bits) or mv (matrix-vector decode steps: "
                     "faster on CPU, other bits; caches it builds carry that in their model fingerprint)")
         ->check(CLI::IsMember({"linear", "mv"}));
     addThreadsOption(cmd, o.threads);
+}
+
+void takeDtypeFromCache(ModelOptions& o, const std::string& cachePath) {
+    if (!o.dtypeGiven) o.dtype = dtypeName(loadCache(cachePath).dtype());
 }
 
 void addDecodeOptions(CLI::App* cmd, DecodeOptions& o) {

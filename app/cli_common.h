@@ -19,12 +19,16 @@ namespace kvscope::cli {
 struct ModelOptions {
     std::string model;
     std::string dtype = "fp32";
+    bool dtypeGiven = false;  // --dtype on the command line (else a command working on a cache takes its dtype)
     std::string device = "cpu";
     std::string decodeKernel = "linear";  // "mv": Numerics::matrixVectorDecode
     int threads = 0;  // 0: all cores
 };
 
 void addModelOptions(CLI::App* cmd, ModelOptions& options);
+// Commands that work on a saved cache compute in the dtype that built it unless --dtype says otherwise:
+// a bf16 cache continued in fp32 only fails the fingerprint check.
+void takeDtypeFromCache(ModelOptions& options, const std::string& cachePath);
 
 // --max-new-tokens, --temperature, --top-k, --top-p, --seed (generate and continue share them).
 struct DecodeOptions {

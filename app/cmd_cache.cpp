@@ -73,6 +73,7 @@ void addBuild(CLI::App* cache) {
         if ((c.kind == Construction::Kind::Live) != !o->promptIds.empty() || (!o->promptIds.empty() && !o->idsFrom.empty()))
             throw UsageError("use --prompt-ids (with --generate) for live, and --ids-from for the other constructions");
         if (c.kind != Construction::Kind::Live && o->idsFrom.empty()) throw UsageError("--construction " + o->construction + " needs --ids-from");
+        if (!o->idsFrom.empty()) takeDtypeFromCache(o->model, o->idsFrom);
         Transformer model = loadModel(o->model);
         KvCache built;
         if (c.kind == Construction::Kind::Live) {
@@ -171,6 +172,7 @@ void addLocate(CLI::App* cache) {
     cmd->add_option("b", o->b, "Second cache")->required()->check(CLI::ExistingFile);
     cmd->add_flag("--json", o->json, "Print JSON");
     cmd->callback([o] {
+        takeDtypeFromCache(o->model, o->a);
         Transformer model = loadModel(o->model);
         const KvCache a = loadCacheFor(o->a, model), b = loadCacheFor(o->b, model);
         if (a.ids() != b.ids()) throw UsageError("the two caches were built from different token ids");
@@ -221,6 +223,7 @@ void addContinue(CLI::App& app) {
     addDecodeOptions(cmd, o->decode);
     cmd->add_flag("--json", o->json, "Print the same JSON as generate");
     cmd->callback([o] {
+        takeDtypeFromCache(o->model, o->cache);
         Transformer model = loadModel(o->model);
         const KvCache cache = loadCacheFor(o->cache, model);
         StopRules stops;

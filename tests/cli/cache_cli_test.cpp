@@ -95,6 +95,16 @@ TEST_F(CacheCli, LocateNamesTheFirstDifferingOp) {
     EXPECT_GT(j["ops"].size(), 20u);
 }
 
+TEST_F(CacheCli, CommandsOnACacheTakeItsDtypeUnlessTold) {
+    // No --dtype: the cache's (bf16) is used, with the same result as saying it.
+    auto implicit = json("continue --model " + model + " --cache " + f("live") + " --max-new-tokens 8 --json");
+    auto explicitly = json("continue --model " + model + " --dtype bf16 --cache " + f("live") + " --max-new-tokens 8 --json");
+    EXPECT_EQ(implicit["ids"], explicitly["ids"]);
+    ASSERT_EQ(run("cache build --model " + model + " --ids-from " + f("live") + " --construction prefill --out " + f("implicit")).exitCode, 0);
+    EXPECT_EQ(json("cache info " + f("implicit") + " --json")["fingerprint"], json("cache info " + f("prefill") + " --json")["fingerprint"]);
+    EXPECT_FALSE(json("cache locate --model " + model + " " + f("live") + " " + f("prefill") + " --json")["first_difference"].is_null());
+}
+
 TEST_F(CacheCli, RefusalsAreOneLineErrors) {
     auto wrongDtype = runCli("continue --model " + model + " --dtype fp32 --cache " + f("live"));
     EXPECT_NE(wrongDtype.exitCode, 0);
