@@ -48,11 +48,14 @@ void KvHeatmapView::setupControls() {
     connect(componentBox_, &QComboBox::currentIndexChanged, this, &KvHeatmapView::refresh);
     connect(logBox_, &QCheckBox::toggled, this, &KvHeatmapView::refresh);
     connect(map_, &DiffColorMap::cellClicked, this, [this](int64_t layer, int64_t) { openHeadBreakdown(layer); });
-    connect(exportButton, &QPushButton::clicked, this, [this] {
-        const QString path = QFileDialog::getSaveFileName(this, tr("Export heatmap"), title_ + QStringLiteral(".png"),
-                                                          tr("PNG image (*.png);;PDF (*.pdf);;CSV numbers (*.csv)"));
-        if (!path.isEmpty() && !exportTo(path)) emit exportFailed(tr("Could not write %1").arg(path));
-    });
+    connect(exportButton, &QPushButton::clicked, this, &KvHeatmapView::exportWithDialog);
+}
+
+void KvHeatmapView::exportWithDialog() {
+    const QString name = title_.isEmpty() ? QStringLiteral("kv-difference") : title_;
+    const QString path = QFileDialog::getSaveFileName(this, tr("Export heatmap"), name + QStringLiteral(".png"),
+                                                      tr("PNG image (*.png);;PDF (*.pdf);;CSV numbers (*.csv)"));
+    if (!path.isEmpty() && !exportTo(path)) emit exportFailed(tr("Could not write %1").arg(path));
 }
 
 DiffMetric KvHeatmapView::metric() const { return static_cast<DiffMetric>(metricBox_->currentData().toInt()); }

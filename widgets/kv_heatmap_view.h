@@ -34,6 +34,9 @@ public:
     QWidget* openHeadBreakdown(int64_t layer);
     bool exportTo(const QString& path);  // .png, .pdf or .csv by extension
 
+public slots:
+    void exportWithDialog();  // asks for a file; exportFailed says when it cannot be written
+
 signals:
     void exportFailed(const QString& message);
 

@@ -74,6 +74,7 @@ void MainWindow::setupDocks() {
     };
     decodes_ = new DecodeCompareView(this);
     heatmap_ = new KvHeatmapView(this);
+    connect(heatmap_, &KvHeatmapView::exportFailed, this, [this](const QString& message) { showError(tr("Export failed"), message); });
     transplant_ = new TransplantPanel(this);
     QDockWidget* decodes = dock(tr("Decodes"), decodes_, Qt::RightDockWidgetArea);
     QDockWidget* heatmap = dock(tr("KV difference"), heatmap_, Qt::BottomDockWidgetArea);
@@ -100,11 +101,8 @@ void MainWindow::setupMenus() {
     openModelAction->setIcon(style()->standardIcon(QStyle::SP_DirOpenIcon));
     recentMenu_ = file->addMenu(tr("Recent files"));
     file->addSeparator();
-    file->addAction(tr("&Export heatmap\u2026"), this, [this] {
-        const QString path = QFileDialog::getSaveFileName(this, tr("Export heatmap"), QStringLiteral("kv-difference.png"),
-                                                          tr("PNG image (*.png);;PDF (*.pdf);;CSV numbers (*.csv)"));
-        if (!path.isEmpty() && !heatmap_->exportTo(path)) showError(tr("Export failed"), tr("Could not write %1").arg(path));
-    })->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));
+    file->addAction(tr("&Export heatmap\u2026"), heatmap_, &KvHeatmapView::exportWithDialog)
+        ->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));
     file->addSeparator();
     file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
 
@@ -294,7 +292,6 @@ void MainWindow::chooseBatchRun() {
 }
 
 void MainWindow::setDarkTheme(bool dark) {
-    dark_ = dark;
     qApp->setStyle(QStyleFactory::create(QStringLiteral("Fusion")));
     QPalette p = qApp->style()->standardPalette();
     if (dark) {

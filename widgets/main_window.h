@@ -79,7 +79,6 @@ private:
     QToolButton* cancelButton_ = nullptr;
     quint64 analysisJob_ = 0, transplantJob_ = 0;
     QString lastError_;
-    bool dark_ = false;
 };
 
 }  // namespace kvscope::widgets

@@ -131,7 +131,6 @@ ModelWorker::~ModelWorker() = default;
 void ModelWorker::post(const QString& task, std::function<void()> work) {
     QMetaObject::invokeMethod(this, [this, task, work = std::move(work)] {
         cancel_.store(false);
-        busy_.store(true);
         emit started(task);
         // Guards are thread-local: created here, in the thread that runs the model.
         torch::NoGradGuard noGrad;
@@ -141,7 +140,6 @@ void ModelWorker::post(const QString& task, std::function<void()> work) {
         } catch (const std::exception& e) {
             emit failed(task, QString::fromStdString(e.what()));
         }
-        busy_.store(false);
     }, Qt::QueuedConnection);
 }
 

@@ -106,7 +106,6 @@ public:
     void compareSides(quint64 job, const SideSpec& a, const SideSpec& b);
     void runBatch(const QString& experimentFile, const QString& ledgerPath);
     void cancel() { cancel_.store(true); }  // any thread
-    bool busy() const { return busy_.load(); }
 
 signals:
     void started(const QString& task);
@@ -125,7 +124,6 @@ private:
     struct State;  // models, tokenizer, the last boundary state; touched only in the worker thread
     std::unique_ptr<State> state_;
     std::atomic<bool> cancel_{false};
-    std::atomic<bool> busy_{false};
 };
 
 void registerWorkerMetaTypes();  // once, before connecting queued signals

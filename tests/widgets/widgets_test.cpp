@@ -417,6 +417,15 @@ TEST_F(MainWindowTest, BadInputBecomesAMessageNotACrash) {
     EXPECT_FALSE(window.selectItem(QStringLiteral("nope")));
 }
 
+TEST_F(MainWindowTest, AHeatmapExportThatCannotBeWrittenIsReported) {
+    MainWindow window;
+    test::TempDir dir;
+    const QString unwritable = QString::fromStdString(dir.file("no-such-folder/map.png"));
+    EXPECT_FALSE(window.heatmapView()->exportTo(unwritable));
+    emit window.heatmapView()->exportFailed(QStringLiteral("Could not write %1").arg(unwritable));
+    EXPECT_NE(window.lastError().indexOf(unwritable), -1) << "export errors reach the window, not silence";
+}
+
 TEST_F(MainWindowTest, EventLoopTurnsWhileTheWorkerDecodesAndCancelStopsIt) {
     static test::TempDir dir;
     TestModelSpec spec = test::tinySpec("qwen2");
