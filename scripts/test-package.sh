@@ -30,8 +30,8 @@ echo "$out" | grep -q "kvscope-gui $work/demo.db" || { echo "$out" >&2; exit 1; 
 QT_QPA_PLATFORM=offscreen /usr/bin/kvscope-gui "$work/demo.db" --screenshot "$work/shot.png"
 [ -s "$work/shot.png" ] || { echo "test-package: no screenshot" >&2; exit 1; }
 for f in /usr/share/applications/io.github.kvscope.kvscope.desktop /usr/share/metainfo/io.github.kvscope.kvscope.metainfo.xml \
-         /usr/share/icons/hicolor/scalable/apps/io.github.kvscope.kvscope.svg; do
+         /usr/share/icons/hicolor/scalable/apps/io.github.kvscope.kvscope.svg /usr/share/doc/kvscope/copyright; do
   [ -f "$f" ] || { echo "test-package: $f is missing" >&2; exit 1; }
 done
 cd / && rm -rf "$work"
-echo "test-package: installed package OK (kvscope demo, kvscope-gui --screenshot, desktop entry, metainfo, icon)"
+echo "test-package: installed package OK (kvscope demo, kvscope-gui --screenshot, desktop entry, metainfo, icon, copyright)"
