@@ -84,8 +84,12 @@ QCustomPlot* LedgerSummaryView::makePlot(ItemMeasure measure) {
     auto* plot = new QCustomPlot(this);
     plot->setMinimumHeight(130);
     plot->setMaximumHeight(180);
-    plot->xAxis->setLabel(measure == ItemMeasure::FirstDivergence ? tr("first divergence (generated step after the boundary)")
-                                                                  : tr("top-1/top-2 margin at divergence (live)"));
+    plot->xAxis->setLabel(measure == ItemMeasure::FirstDivergence ? tr("first divergence (step)") : tr("margin at divergence"));
+    plot->setToolTip(measure == ItemMeasure::FirstDivergence
+                         ? tr("Continuation step where live and prefill first differ. Click a bar to list its items, "
+                              "again to list all.")
+                         : tr("Top-1 minus top-2 logit on the live side at the first divergence. Click a bar to list "
+                              "its items, again to list all."));
     plot->yAxis->setLabel(tr("items"));
     auto* bars = new QCPBars(plot->xAxis, plot->yAxis);
     bars->setWidthType(QCPBars::wtPlotCoords);
@@ -139,7 +143,6 @@ void LedgerSummaryView::showBars(ItemMeasure measure) {
     p->xAxis->setTicks(!empty);
     p->yAxis->setTicks(!empty);
     p->item(0)->setVisible(empty);
-    p->setToolTip(empty ? tr("No item diverged in this run.") : tr("Click a bar to list its items; click it again to list all."));
     p->replot(QCustomPlot::rpQueuedReplot);
 }
 
