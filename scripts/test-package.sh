@@ -33,5 +33,7 @@ for f in /usr/share/applications/io.github.kvscope.kvscope.desktop /usr/share/me
          /usr/share/icons/hicolor/scalable/apps/io.github.kvscope.kvscope.svg /usr/share/doc/kvscope/copyright; do
   [ -f "$f" ] || { echo "test-package: $f is missing" >&2; exit 1; }
 done
+appstreamcli validate --no-net /usr/share/metainfo/io.github.kvscope.kvscope.metainfo.xml
+desktop-file-validate /usr/share/applications/io.github.kvscope.kvscope.desktop
 cd / && rm -rf "$work"
-echo "test-package: installed package OK (kvscope demo, kvscope-gui --screenshot, desktop entry, metainfo, icon, copyright)"
+echo "test-package: installed package OK (kvscope demo, kvscope-gui --screenshot, desktop entry and metainfo valid, icon, copyright)"
