@@ -49,6 +49,7 @@ void addTrainDemoModel(CLI::App& app) {
     cmd->add_option("--lr", o->recipe.learningRate, "Peak learning rate")->capture_default_str()->check(CLI::PositiveNumber);
     cmd->add_option("--task-format", o->taskFormat, "plain (one way to write each step) or varied (equivalent ways drawn 50/50)")
         ->capture_default_str()->check(CLI::IsMember({"plain", "varied"}));
+    cmd->add_option("--min-operations", o->recipe.task.minOperations, "Fewest stages per problem")->capture_default_str()->check(CLI::Range(1, 8));
     cmd->add_option("--max-operations", o->recipe.task.maxOperations, "Most stages per problem")->capture_default_str()->check(CLI::Range(1, 8));
     cmd->add_option("--test-items", o->recipe.testItems, "Test set size")->capture_default_str()->check(CLI::Range(1, 100000));
     cmd->add_option("--validation-items", o->recipe.validationItems, "Validation set size")->capture_default_str()->check(CLI::Range(1, 100000));
@@ -107,7 +108,7 @@ void addDemo(CLI::App& app) {
                          o->run.ledgerPath.c_str());
             throw ExitStatus(130);
         }
-        const experiments::Ledger ledger(o->run.ledgerPath);
+        const experiments::Ledger ledger(o->run.ledgerPath, experiments::LedgerAccess::ReadOnly);
         std::cout << experiments::reportMarkdown(experiments::buildReport(ledger.items(s.runId), ledger.run(s.runId)));
         std::cout << "\nLedger: " << o->run.ledgerPath << "\nOpen it in the desktop application:  kvscope-gui "
                   << o->run.ledgerPath << "\nMachine-readable report:             kvscope report "

@@ -86,7 +86,7 @@ void addReport(CLI::App& app) {
     cmd->add_option("--format", o->format, "md, json or csv (per item)")->check(CLI::IsMember({"md", "json", "csv"}));
     cmd->add_option("--out", o->out, "Also write report.md, report.json and items.csv into this folder");
     cmd->callback([o] {
-        Ledger ledger(o->ledger);
+        const Ledger ledger(o->ledger, LedgerAccess::ReadOnly);
         const std::string runId = chooseRun(ledger, o->run);
         const auto items = ledger.items(runId);
         const nlohmann::json report = buildReport(items, ledger.run(runId));
@@ -118,7 +118,7 @@ void addAudit(CLI::App& app) {
     addThreadsOption(cmd, o->threads);
     cmd->callback([o] {
         applyThreads(o->threads);
-        Ledger ledger(o->ledger);
+        const Ledger ledger(o->ledger, LedgerAccess::ReadOnly);
         const RunInfo run = ledger.run(chooseRun(ledger, o->run));
         const auto& paths = run.manifest["paths"];
         ExperimentConfig config = ExperimentConfig::load(paths["experiment"].get<std::string>());
@@ -157,7 +157,7 @@ void addLedgerMerge(CLI::App& app) {
     merge->add_option("inputs", o->inputs, "Shard ledgers")->required()->check(CLI::ExistingFile);
     merge->callback([o] {
         Ledger out(o->out);
-        for (const auto& in : o->inputs) out.mergeFrom(Ledger(in));
+        for (const auto& in : o->inputs) out.mergeFrom(Ledger(in, LedgerAccess::ReadOnly));
         for (const auto& r : out.runs()) std::cout << "run " << r.runId << ": " << r.itemsDone << " items\n";
     });
 }

@@ -79,37 +79,52 @@ std::string nowUtc() {
 
 }  // namespace
 
-Ledger::Ledger(const std::string& path) : path_(path) {
-    if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
-        const std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
-        sqlite3_close(db_);
-        db_ = nullptr;
-        throw FormatError(path + ": cannot open ledger (" + msg + ")");
-    }
-    sqlite3_busy_timeout(db_, 10000);
-    try {
-        exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
-        exec(kSchema);
-    } catch (const FormatError&) {
-        sqlite3_close(db_);
-        db_ = nullptr;
-        throw FormatError(path + ": not a kvscope ledger (not a SQLite database, or unreadable)");
-    }
+Ledger::Ledger(const std::string& path, LedgerAccess access) : path_(path) {
+    openDatabase(access);
     std::string version;
-    {  // the statement must be finalised before a refusal closes the connection, or close leaks it
-        Statement get(db_, "SELECT value FROM meta WHERE key='schema_version'", path_);
-        if (get.step()) version = get.text(0);
+    try {
+        if (access == LedgerAccess::Write) {
+            exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
+            exec(kSchema);
+        }
+        version = storedSchemaVersion();
+    } catch (const FormatError&) {
+        closeAndThrow(path + ": not a kvscope ledger (not a SQLite database, or unreadable)");
     }
+    if (version.empty() && access == LedgerAccess::ReadOnly)
+        closeAndThrow(path + ": not a kvscope ledger (an SQLite database without kvscope's meta.schema_version)");
     if (version.empty()) {
         Statement(db_, "INSERT INTO meta(key, value) VALUES('schema_version', ?)", path_).bind(1, std::to_string(kSchemaVersion)).step();
         return;
     }
-    if (version != std::to_string(kSchemaVersion)) {
-        sqlite3_close(db_);
-        db_ = nullptr;
-        throw FormatError(path + ": ledger schema version " + version + " is not supported by this kvscope (expects " +
-                          std::to_string(kSchemaVersion) + ")");
+    if (version != std::to_string(kSchemaVersion))
+        closeAndThrow(path + ": ledger schema version " + version + " is not supported by this kvscope (expects " +
+                      std::to_string(kSchemaVersion) + ")");
+}
+
+void Ledger::openDatabase(LedgerAccess access) {
+    const int flags = access == LedgerAccess::Write ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE : SQLITE_OPEN_READONLY;
+    if (sqlite3_open_v2(path_.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
+        const std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
+        closeAndThrow(path_ + ": cannot open ledger (" + msg + ")");
     }
+    sqlite3_busy_timeout(db_, 10000);
+}
+
+std::string Ledger::storedSchemaVersion() const {
+    // The statement must be finalised before a refusal closes the connection, or close leaks it.
+    {
+        Statement table(db_, "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'", path_);
+        if (!table.step()) return {};
+    }
+    Statement get(db_, "SELECT value FROM meta WHERE key='schema_version'", path_);
+    return get.step() ? get.text(0) : std::string();
+}
+
+void Ledger::closeAndThrow(const std::string& message) {
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw FormatError(message);
 }
 
 Ledger::~Ledger() {

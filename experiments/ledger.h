@@ -33,11 +33,18 @@ struct ItemRecord {
     int64_t tokens = 0;                // tokens decoded for this item
 };
 
+enum class LedgerAccess {
+    Write,     // creates the file and the schema when missing (run, merge's output)
+    ReadOnly,  // report, audit, merge's inputs, the GUI: never writes; refuses a file that is not a ledger
+};
+
 class Ledger {
 public:
     static constexpr int kSchemaVersion = 1;
 
-    explicit Ledger(const std::string& path);  // creates or opens; FormatError for a bad/newer file
+    // FormatError for a bad or newer file; with ReadOnly also for a missing file or any SQLite file
+    // without kvscope's schema (which Write would have turned into a ledger).
+    explicit Ledger(const std::string& path, LedgerAccess access = LedgerAccess::Write);
     ~Ledger();
     Ledger(const Ledger&) = delete;
     Ledger& operator=(const Ledger&) = delete;
@@ -60,6 +67,9 @@ public:
 
 private:
     void exec(const std::string& sql) const;
+    void openDatabase(LedgerAccess access);
+    std::string storedSchemaVersion() const;  // empty when the meta table or its row is missing
+    [[noreturn]] void closeAndThrow(const std::string& message);
     std::string path_;
     sqlite3* db_ = nullptr;
 };

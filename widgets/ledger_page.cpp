@@ -97,9 +97,8 @@ void LedgerPage::setupFilters(QWidget* bar) {
 }
 
 void LedgerPage::openLedger(const QString& path) {
-    // The ledger constructor creates missing files; a browser must not.
     if (!QFileInfo(path).isFile()) throw UsageError(path.toStdString() + ": no such ledger file");
-    const experiments::Ledger ledger(path.toStdString());
+    const experiments::Ledger ledger(path.toStdString(), experiments::LedgerAccess::ReadOnly);
     runInfos_ = ledger.runs();
     if (runInfos_.empty()) throw UsageError(path.toStdString() + ": the ledger holds no run yet");
     path_ = path;
@@ -111,7 +110,7 @@ void LedgerPage::openLedger(const QString& path) {
 void LedgerPage::showRun(int row) {
     if (row < 0 || row >= static_cast<int>(runInfos_.size()) || row == currentRun_) return;
     currentRun_ = row;
-    const experiments::Ledger ledger(path_.toStdString());
+    const experiments::Ledger ledger(path_.toStdString(), experiments::LedgerAccess::ReadOnly);
     items_->setItems(ledger.items(runInfos_[static_cast<std::size_t>(row)].runId));
     summary_->setItems(items_->items(), runInfos_[static_cast<std::size_t>(row)]);
     proxy_->setRange({});

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
@@ -180,6 +181,18 @@ TEST(RunCli, InterruptFinishesTheItemAndTellsHowToResume) {
     auto rest = runCli("run " + exp + " --ledger " + shellQuote(db));
     ASSERT_EQ(rest.exitCode, 0) << rest.err;
     EXPECT_EQ(experiments::Ledger(db).finishedItems(l.runs().front().runId).size(), 12u);
+}
+
+TEST(RunCli, ReportAndAuditLeaveAFileThatIsNotALedgerAsItWas) {
+    test::TempDir dir;
+    test::writeTextFile(dir.file("empty.db"), "");
+    for (const char* command : {"report", "audit"}) {
+        const auto r = test::runCli(std::string(command) + " " + test::shellQuote(dir.file("empty.db")));
+        EXPECT_EQ(r.exitCode, 1) << command << ": " << r.err;
+        EXPECT_NE(r.err.find("empty.db: not a kvscope ledger"), std::string::npos) << r.err;
+        EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+        EXPECT_EQ(std::filesystem::file_size(dir.file("empty.db")), 0u) << command << " turned an empty file into a ledger";
+    }
 }
 
 TEST(RunCli, ShardsMergeIntoOneRun) {

@@ -12,6 +12,8 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <filesystem>
+
 namespace kvscope::experiments {
 namespace {
 
@@ -156,6 +158,30 @@ TEST(Ledger, RefusesUnknownSchemaAndNonLedgers) {
     expectError<FormatError>([&] { Ledger l(dir.file("new.db")); }, "schema version 99");
     test::writeTextFile(dir.file("text.db"), std::string(4096, 'x'));
     expectError<FormatError>([&] { Ledger l(dir.file("text.db")); }, "not a kvscope ledger");
+}
+
+TEST(Ledger, ReadOnlyAccessNeverWritesAndRefusesWhatIsNotALedger) {
+    test::TempDir dir;
+    // A foreign SQLite database stays exactly as it was.
+    sqlite3* db = nullptr;
+    sqlite3_open(dir.file("foreign.db").c_str(), &db);
+    sqlite3_exec(db, "CREATE TABLE notes(text TEXT); INSERT INTO notes VALUES('mine');", nullptr, nullptr, nullptr);
+    sqlite3_close(db);
+    const std::string before = test::readTextFile(dir.file("foreign.db"));
+    expectError<FormatError>([&] { Ledger l(dir.file("foreign.db"), LedgerAccess::ReadOnly); }, "foreign.db: not a kvscope ledger");
+    EXPECT_EQ(test::readTextFile(dir.file("foreign.db")), before) << "no schema was added";
+    // An empty file stays empty; a missing one is not created.
+    test::writeTextFile(dir.file("empty.db"), "");
+    expectError<FormatError>([&] { Ledger l(dir.file("empty.db"), LedgerAccess::ReadOnly); }, "empty.db: not a kvscope ledger");
+    EXPECT_EQ(std::filesystem::file_size(dir.file("empty.db")), 0u);
+    expectError<FormatError>([&] { Ledger l(dir.file("missing.db"), LedgerAccess::ReadOnly); }, "missing.db: cannot open ledger");
+    EXPECT_FALSE(std::filesystem::exists(dir.file("missing.db")));
+    // A real ledger reads as before.
+    {
+        Ledger l(dir.file("real.db"));
+        l.createRun("r1", {{"identity", {{"config", {{"name", "x"}}}}}});
+    }
+    EXPECT_EQ(Ledger(dir.file("real.db"), LedgerAccess::ReadOnly).runs().size(), 1u);
 }
 
 TEST(Manifest, HashesInputsAndNamesWhatChanged) {
