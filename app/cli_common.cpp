@@ -52,7 +52,7 @@ void showRunProgress(const experiments::RunProgress& p) {
 }
 
 void addThreadsOption(CLI::App* cmd, int& threads) {
-    cmd->add_option("--threads", threads, "Intra-op threads (default: all cores)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--threads", threads, "Intra-op threads (default: all cores)")->check(kNonNegative);
 }
 
 void addModelOptions(CLI::App* cmd, ModelOptions& o) {
@@ -70,14 +70,37 @@ void addModelOptions(CLI::App* cmd, ModelOptions& o) {
     addThreadsOption(cmd, o.threads);
 }
 
+namespace {
+
+CLI::Validator numberAtLeast(double bound, bool inclusive, const std::string& expected) {
+    return CLI::Validator(
+        [bound, inclusive, expected](std::string& text) -> std::string {
+            double value = 0;
+            std::size_t used = 0;
+            try {
+                value = std::stod(text, &used);
+            } catch (const std::exception&) {
+                used = 0;
+            }
+            const bool ok = used == text.size() && !text.empty() && (inclusive ? value >= bound : value > bound);
+            return ok ? std::string() : "value " + text + ": expected " + expected;
+        },
+        expected);
+}
+
+}  // namespace
+
+const CLI::Validator kPositive = numberAtLeast(0, false, "a number > 0");
+const CLI::Validator kNonNegative = numberAtLeast(0, true, "a number >= 0");
+
 void takeDtypeFromCache(ModelOptions& o, const std::string& cachePath) {
     if (!o.dtypeGiven) o.dtype = dtypeName(loadCache(cachePath).dtype());
 }
 
 void addDecodeOptions(CLI::App* cmd, DecodeOptions& o) {
-    cmd->add_option("--max-new-tokens", o.maxNewTokens, "Stop after this many new tokens")->check(CLI::PositiveNumber);
-    cmd->add_option("--temperature", o.sampling.temperature, "0 = greedy (default); >0 samples")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--top-k", o.sampling.topK, "Sample among the k most likely tokens (0 = all)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--max-new-tokens", o.maxNewTokens, "Stop after this many new tokens")->check(kPositive);
+    cmd->add_option("--temperature", o.sampling.temperature, "0 = greedy (default); >0 samples")->check(kNonNegative);
+    cmd->add_option("--top-k", o.sampling.topK, "Sample among the k most likely tokens (0 = all)")->check(kNonNegative);
     cmd->add_option("--top-p", o.sampling.topP, "Nucleus sampling mass (1 = off)")->check(CLI::Range(0.0, 1.0));
     cmd->add_option("--seed", o.sampling.seed, "Seed for sampling; a draw depends only on (seed, position)");
 }

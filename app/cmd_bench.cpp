@@ -59,8 +59,8 @@ void addBenchCommand(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand("bench", "Prefill/decode throughput vs the memory-bandwidth bound");
     cmd->add_option("--model", o->bench.modelDir, "Model directory (default: a generated Qwen2.5-0.5B-shaped model)");
     cmd->add_option("--cache-dir", o->bench.cacheDir, "Where the generated model is kept (default: ~/.cache/kvscope)");
-    cmd->add_option("--prompt-tokens", o->bench.promptTokens, "Prefill length")->check(CLI::PositiveNumber);
-    cmd->add_option("--decode-tokens", o->bench.decodeTokens, "Timed decode steps")->check(CLI::PositiveNumber);
+    cmd->add_option("--prompt-tokens", o->bench.promptTokens, "Prefill length")->check(kPositive);
+    cmd->add_option("--decode-tokens", o->bench.decodeTokens, "Timed decode steps")->check(kPositive);
     cmd->add_option("--dtypes", o->dtypes, "Dtypes to measure")->delimiter(',');
     cmd->add_option("--device", o->device, "cpu, cuda or cuda:N");
     addThreadsOption(cmd, o->threads);

@@ -64,7 +64,7 @@ void addBuild(CLI::App* cache) {
     CLI::App* cmd = cache->add_subcommand("build", "Build a KV cache by a named construction and save it");
     addModelOptions(cmd, o->model);
     cmd->add_option("--prompt-ids", o->promptIds, "With --construction live: the prompt ids");
-    cmd->add_option("--generate", o->generate, "With live: greedy tokens decoded and fed back")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--generate", o->generate, "With live: greedy tokens decoded and fed back")->check(kNonNegative);
     cmd->add_option("--ids-from", o->idsFrom, "Use the token ids (and prompt length) of this cache file")->check(CLI::ExistingFile);
     cmd->add_option("--construction", o->construction, "live | prefill | incremental[:K] | chunked:N")->required();
     cmd->add_option("--out", o->out, "Output .safetensors file")->required();

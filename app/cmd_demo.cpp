@@ -40,13 +40,13 @@ void addTrainDemoModel(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand("train-demo-model", "Train the small staged-arithmetic demo model (Qwen2 architecture)");
     cmd->add_option("--out", o->out, "Output folder (replaced when training finishes)")->required();
     cmd->add_option("--seed", o->recipe.seed, "Seed for data, initial weights and order")->capture_default_str();
-    cmd->add_option("--steps", o->recipe.steps, "Optimiser steps")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--steps", o->recipe.steps, "Optimiser steps")->capture_default_str()->check(kPositive);
     cmd->add_option("--tokens-per-step", o->recipe.tokensPerStep, "Tokens packed into each step")
         ->capture_default_str()->check(CLI::Range(64, 65536));
-    cmd->add_option("--hidden-size", o->recipe.hiddenSize, "Hidden size")->capture_default_str()->check(CLI::PositiveNumber);
-    cmd->add_option("--layers", o->recipe.numLayers, "Layers")->capture_default_str()->check(CLI::PositiveNumber);
-    cmd->add_option("--intermediate-size", o->recipe.intermediateSize, "MLP size")->capture_default_str()->check(CLI::PositiveNumber);
-    cmd->add_option("--lr", o->recipe.learningRate, "Peak learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--hidden-size", o->recipe.hiddenSize, "Hidden size")->capture_default_str()->check(kPositive);
+    cmd->add_option("--layers", o->recipe.numLayers, "Layers")->capture_default_str()->check(kPositive);
+    cmd->add_option("--intermediate-size", o->recipe.intermediateSize, "MLP size")->capture_default_str()->check(kPositive);
+    cmd->add_option("--lr", o->recipe.learningRate, "Peak learning rate")->capture_default_str()->check(kPositive);
     cmd->add_option("--task-format", o->taskFormat, "plain (one way to write each step) or varied (equivalent ways drawn 50/50)")
         ->capture_default_str()->check(CLI::IsMember({"plain", "varied"}));
     cmd->add_option("--min-operations", o->recipe.task.minOperations, "Fewest stages per problem")->capture_default_str()->check(CLI::Range(1, 8));
@@ -56,7 +56,7 @@ void addTrainDemoModel(CLI::App& app) {
     cmd->add_option("--max-operand", o->recipe.task.maxOperand, "Largest + / - operand")->capture_default_str()->check(CLI::Range(2, 100000));
     cmd->add_option("--max-value", o->recipe.task.maxValue, "Largest intermediate result")->capture_default_str()->check(CLI::Range(20, 1000000));
     cmd->add_option("--threads", o->recipe.threads, "Intra-op threads (a fixed count keeps the weights reproducible)")
-        ->capture_default_str()->check(CLI::NonNegativeNumber);
+        ->capture_default_str()->check(kNonNegative);
     cmd->callback([o] {
         o->recipe.task.format = train::parseArithFormat(o->taskFormat);
         if (o->recipe.task.maxOperations < o->recipe.task.minOperations) o->recipe.task.minOperations = o->recipe.task.maxOperations;
@@ -91,9 +91,9 @@ void addDemo(CLI::App& app) {
     auto o = std::make_shared<Options>();
     CLI::App* cmd = app.add_subcommand("demo", "Run the whole study (every protocol) on the shipped demo model, then print the report");
     cmd->add_option("--ledger", o->run.ledgerPath, "Ledger to write (default: a new file in the user's data folder; an existing one is resumed)");
-    cmd->add_option("--limit", o->run.limit, "Run at most N items")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--limit", o->run.limit, "Run at most N items")->check(kNonNegative);
     cmd->add_option("--experiment", o->experiment, "Experiment file (default: the shipped experiments/demo.toml)")->check(CLI::ExistingFile);
-    cmd->add_option("--threads", o->run.threads, "Intra-op threads (default: all cores)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--threads", o->run.threads, "Intra-op threads (default: all cores)")->check(kNonNegative);
     cmd->callback([o] {
         const std::string experimentPath = o->experiment.empty() ? findDataFile("experiments/demo.toml") : o->experiment;
         const experiments::ExperimentConfig config = experiments::ExperimentConfig::load(experimentPath);

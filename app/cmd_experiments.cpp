@@ -50,7 +50,7 @@ void addRun(CLI::App& app) {
     cmd->add_option("experiment", o->experiment, "Experiment file (.toml)")->required()->check(CLI::ExistingFile);
     cmd->add_option("--ledger", o->run.ledgerPath, "SQLite ledger to write (created if needed)")->required();
     cmd->add_flag("--new-run", o->run.newRun, "Start a new run even though the ledger holds one with other inputs");
-    cmd->add_option("--limit", o->run.limit, "Run at most N items")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--limit", o->run.limit, "Run at most N items")->check(kNonNegative);
     cmd->add_option("--items", o->items, "Only these item ids: a,b,c");
     cmd->add_option("--shard", o->shard, "Run shard I of N (items whose index % N == I), e.g. 0/4");
     cmd->add_option("--keep-caches", o->run.keepCachesDir, "Also save each item's live and prefill caches here");
@@ -114,7 +114,7 @@ void addAudit(CLI::App& app) {
     cmd->add_option("--run", o->run, "Run id (default: the newest)");
     cmd->add_option("--model", o->model, "Model directory, if it moved since the run");
     cmd->add_option("--dataset", o->dataset, "Dataset file, if it moved since the run");
-    cmd->add_option("--limit", o->limit, "Audit at most N items")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--limit", o->limit, "Audit at most N items")->check(kNonNegative);
     addThreadsOption(cmd, o->threads);
     cmd->callback([o] {
         applyThreads(o->threads);

@@ -33,19 +33,19 @@ void addMakeTestModelCommand(CLI::App& app) {
     cmd->add_option("--shape", o->shape, "tiny (default, sizes below) or qwen2.5-0.5b (exact shape, ~0.5B params)")
         ->check(CLI::IsMember({"tiny", "qwen2.5-0.5b"}));
     cmd->add_option("--seed", o->spec.seed, "Seed of the weights");
-    cmd->add_option("--hidden-size", o->spec.hiddenSize)->check(CLI::PositiveNumber);
-    cmd->add_option("--layers", o->spec.numLayers)->check(CLI::PositiveNumber);
-    cmd->add_option("--heads", o->spec.numHeads)->check(CLI::PositiveNumber);
-    cmd->add_option("--kv-heads", o->spec.numKvHeads)->check(CLI::PositiveNumber);
-    cmd->add_option("--head-dim", o->spec.headDim, "Default: hidden / heads")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--intermediate-size", o->spec.intermediateSize)->check(CLI::PositiveNumber);
-    cmd->add_option("--vocab-size", o->spec.vocabSize, "Default: the tokenizer's size")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--merges", o->spec.bpeMerges, "BPE merges of the generated tokenizer")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--hidden-size", o->spec.hiddenSize)->check(kPositive);
+    cmd->add_option("--layers", o->spec.numLayers)->check(kPositive);
+    cmd->add_option("--heads", o->spec.numHeads)->check(kPositive);
+    cmd->add_option("--kv-heads", o->spec.numKvHeads)->check(kPositive);
+    cmd->add_option("--head-dim", o->spec.headDim, "Default: hidden / heads")->check(kNonNegative);
+    cmd->add_option("--intermediate-size", o->spec.intermediateSize)->check(kPositive);
+    cmd->add_option("--vocab-size", o->spec.vocabSize, "Default: the tokenizer's size")->check(kNonNegative);
+    cmd->add_option("--merges", o->spec.bpeMerges, "BPE merges of the generated tokenizer")->check(kNonNegative);
     cmd->add_option("--rope-theta", o->spec.ropeTheta);
     cmd->add_flag("--llama3-rope-scaling", o->spec.llama3RopeScaling, "Write rope_scaling of type llama3");
     cmd->add_flag("--tie-embeddings", o->spec.tieWordEmbeddings, "tie_word_embeddings = true");
     cmd->add_option("--dtype", o->dtype, "Storage dtype: fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
-    cmd->add_option("--shards", o->spec.shards, "Write N shards + model.safetensors.index.json")->check(CLI::PositiveNumber);
+    cmd->add_option("--shards", o->spec.shards, "Write N shards + model.safetensors.index.json")->check(kPositive);
     addThreadsOption(cmd, o->threads);
     cmd->callback([o] {
         applyThreads(o->threads);

@@ -94,6 +94,10 @@ TEST(Cli, BadInputGivesOneLineErrors) {
     expectOneLineError(runCli("generate --model " + model()), "--prompt");
     expectOneLineError(runCli("frobnicate"), "frobnicate");
     expectOneLineError(runCli("detokenize --model " + model() + " --ids 1,2,99999"), "99999");
+    expectOneLineError(runCli("generate --model " + model() + " --prompt hi --max-new-tokens 0"),
+                       "--max-new-tokens: value 0: expected a number > 0");
+    expectOneLineError(runCli("generate --model " + model() + " --prompt hi --temperature -0.5"),
+                       "--temperature: value -0.5: expected a number >= 0");
 }
 
 TEST(Cli, CorruptWeightsAreAReadableError) {
