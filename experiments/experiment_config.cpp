@@ -6,6 +6,7 @@
 #include <toml++/toml.h>
 
 #include <filesystem>
+#include <tuple>
 
 namespace kvscope::experiments {
 namespace fs = std::filesystem;
@@ -118,6 +119,16 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
         gen.read("intermediate_size", intermediate);
         gen.rejectUnknown();
         requireOneOf(path, "model.generate.arch", arch, {"qwen2", "llama", "qwen3"});
+        // Checked here so the message names this file; the generated config.json is checked again on load.
+        using Bound = std::tuple<const char*, int64_t, int64_t>;  // field, value, largest allowed
+        for (const auto& [key, value, most] : {Bound{"hidden_size", hidden, 8192}, Bound{"layers", layers, 256},
+                                               Bound{"heads", heads, 256}, Bound{"kv_heads", kvHeads, 256},
+                                               Bound{"intermediate_size", intermediate, 65536}})
+            if (value < 1 || value > most)
+                gen.fail(key, "must be an integer from 1 to " + std::to_string(most) + " (is " + std::to_string(value) + ")");
+        if (heads % kvHeads != 0) gen.fail("kv_heads", "must divide heads");
+        if (hidden % heads != 0 || (hidden / heads) % 2 != 0)
+            gen.fail("hidden_size", "must be heads times an even head size");
         c.generateModel = true;
         c.generateSpec = {{"arch", arch}, {"seed", seed}, {"hidden_size", hidden}, {"layers", layers},
                           {"heads", heads}, {"kv_heads", kvHeads}, {"intermediate_size", intermediate}};

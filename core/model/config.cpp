@@ -2,6 +2,7 @@
 
 #include "core/util/error.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -21,21 +22,38 @@ json readJsonFile(const std::string& path) {
 }
 
 // Typed field access that names the file and field on failure.
+// Far above any open model (Llama 3.1 405B: hidden 16384, 126 layers, 128 heads, vocabulary 128256,
+// 131072 positions) and far below what would exhaust memory before a tensor is read.
+constexpr int64_t kMaxWidth = 1 << 17;
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxHeads = 4096;
+constexpr int64_t kMaxHeadDim = 4096;
+constexpr int64_t kMaxVocabulary = 1 << 23;
+constexpr int64_t kMaxPositions = 1 << 24;
+
 class Fields {
 public:
     Fields(const json& j, const std::string& source) : j_(j), source_(source) {}
 
-    int64_t requiredInt(const char* key) const {
+    // Sizes are bounded before anything is allocated from them: a config.json claiming 10^9 layers
+    // must be an error, not an hour of building tensor names until memory runs out.
+    int64_t requiredInt(const char* key, int64_t most) const {
         if (!j_.contains(key) || j_[key].is_null()) fail(key, "is missing (expected a positive integer)");
-        return positiveInt(key);
+        return positiveInt(key, most);
     }
-    int64_t optionalInt(const char* key, int64_t fallback) const {
-        return (!j_.contains(key) || j_[key].is_null()) ? fallback : positiveInt(key);
+    int64_t optionalInt(const char* key, int64_t fallback, int64_t most) const {
+        return (!j_.contains(key) || j_[key].is_null()) ? fallback : positiveInt(key, most);
     }
     double optionalDouble(const char* key, double fallback) const {
         if (!j_.contains(key) || j_[key].is_null()) return fallback;
         if (!j_[key].is_number()) fail(key, "must be a number");
         return j_[key].get<double>();
+    }
+    // eps, theta, scaling factors: a zero or negative value gives NaN or Inf logits, not an answer.
+    double optionalPositive(const char* key, double fallback) const {
+        const double v = optionalDouble(key, fallback);
+        if (!(v > 0) || !std::isfinite(v)) fail(key, "must be a positive finite number (is " + (j_.contains(key) ? j_[key].dump() : "missing") + ")");
+        return v;
     }
     bool optionalBool(const char* key, bool fallback) const {
         if (!j_.contains(key) || j_[key].is_null()) return fallback;
@@ -65,9 +83,12 @@ public:
     }
 
 private:
-    int64_t positiveInt(const char* key) const {
-        if (!j_[key].is_number_integer() || j_[key].get<int64_t>() <= 0) fail(key, "must be a positive integer");
-        return j_[key].get<int64_t>();
+    int64_t positiveInt(const char* key, int64_t most) const {
+        const json& v = j_[key];
+        const bool ok = v.is_number_unsigned() ? v.get<uint64_t>() >= 1 && v.get<uint64_t>() <= static_cast<uint64_t>(most)
+                        : v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= most;
+        if (!ok) fail(key, "must be an integer from 1 to " + std::to_string(most) + " (is " + v.dump() + ")");
+        return v.get<int64_t>();
     }
     const json& j_;
     std::string source_;
@@ -96,10 +117,10 @@ RopeScaling parseRopeScaling(const json& j, const Fields& f) {
     if (type != "llama3")
         f.fail("rope_scaling", "has rope_type '" + type + "'; kvscope supports none/default and 'llama3'");
     s.type = "llama3";
-    s.factor = rf.optionalDouble("factor", 8.0);
-    s.lowFreqFactor = rf.optionalDouble("low_freq_factor", 1.0);
-    s.highFreqFactor = rf.optionalDouble("high_freq_factor", 4.0);
-    s.originalMaxPositionEmbeddings = rf.optionalInt("original_max_position_embeddings", 8192);
+    s.factor = rf.optionalPositive("factor", 8.0);
+    s.lowFreqFactor = rf.optionalPositive("low_freq_factor", 1.0);
+    s.highFreqFactor = rf.optionalPositive("high_freq_factor", 4.0);
+    s.originalMaxPositionEmbeddings = rf.optionalInt("original_max_position_embeddings", 8192, kMaxPositions);
     return s;
 }
 
@@ -131,16 +152,16 @@ ModelConfig ModelConfig::fromJson(const json& j, const std::string& source) {
     Fields f(j, source);
     ModelConfig c;
     c.architecture = parseArchitecture(j, f);
-    c.hiddenSize = f.requiredInt("hidden_size");
-    c.numLayers = f.requiredInt("num_hidden_layers");
-    c.numHeads = f.requiredInt("num_attention_heads");
-    c.numKvHeads = f.optionalInt("num_key_value_heads", c.numHeads);
-    c.intermediateSize = f.requiredInt("intermediate_size");
-    c.vocabSize = f.requiredInt("vocab_size");
-    c.headDim = f.optionalInt("head_dim", c.hiddenSize / c.numHeads);
-    c.maxPositionEmbeddings = f.optionalInt("max_position_embeddings", 32768);
-    c.rmsNormEps = f.optionalDouble("rms_norm_eps", 1e-6);
-    c.ropeTheta = f.optionalDouble("rope_theta", 10000.0);
+    c.hiddenSize = f.requiredInt("hidden_size", kMaxWidth);
+    c.numLayers = f.requiredInt("num_hidden_layers", kMaxLayers);
+    c.numHeads = f.requiredInt("num_attention_heads", kMaxHeads);
+    c.numKvHeads = f.optionalInt("num_key_value_heads", c.numHeads, kMaxHeads);
+    c.intermediateSize = f.requiredInt("intermediate_size", kMaxWidth * 8);
+    c.vocabSize = f.requiredInt("vocab_size", kMaxVocabulary);
+    c.headDim = f.optionalInt("head_dim", std::max<int64_t>(1, c.hiddenSize / c.numHeads), kMaxHeadDim);
+    c.maxPositionEmbeddings = f.optionalInt("max_position_embeddings", 32768, kMaxPositions);
+    c.rmsNormEps = f.optionalPositive("rms_norm_eps", 1e-6);
+    c.ropeTheta = f.optionalPositive("rope_theta", 10000.0);
     c.ropeScaling = parseRopeScaling(j, f);
     c.tieWordEmbeddings = f.optionalBool("tie_word_embeddings", false);
     // Qwen2's attention always has q/k/v bias (the modeling code hard-codes it); Llama and Qwen3

@@ -117,7 +117,7 @@ ModelConfig writeTestModel(const TestModelSpec& spec, const std::string& dirName
     c.numLayers = spec.numLayers;
     c.numHeads = spec.numHeads;
     c.numKvHeads = spec.numKvHeads;
-    c.headDim = spec.headDim ? spec.headDim : spec.hiddenSize / spec.numHeads;
+    c.headDim = spec.headDim ? spec.headDim : spec.hiddenSize / std::max<int64_t>(1, spec.numHeads);  // 0 heads: refused below
     c.intermediateSize = spec.intermediateSize;
     c.vocabSize = spec.vocabSize ? spec.vocabSize : tokenizerSize;
     c.maxPositionEmbeddings = spec.maxPositionEmbeddings;

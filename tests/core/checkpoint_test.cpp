@@ -77,7 +77,7 @@ TEST(ModelConfig, MalformedFieldsAreNamed) {
     expectErrorContaining<ConfigError>([&] { ModelConfig::fromJson(broken("hidden_size", nullptr), "c.json"); },
                                        {"c.json", "'hidden_size'", "missing"});
     expectErrorContaining<ConfigError>([&] { ModelConfig::fromJson(broken("num_hidden_layers", "two"), "c.json"); },
-                                       {"'num_hidden_layers'", "positive integer"});
+                                       {"'num_hidden_layers'", "an integer from 1 to"});
     expectErrorContaining<ConfigError>([&] { ModelConfig::fromJson(broken("num_key_value_heads", 3), "c.json"); },
                                        {"'num_key_value_heads'", "divide"});
     expectErrorContaining<ConfigError>(
@@ -85,6 +85,15 @@ TEST(ModelConfig, MalformedFieldsAreNamed) {
         {"rope_scaling", "yarn"});
     expectErrorContaining<ConfigError>([&] { ModelConfig::fromJson(broken("hidden_act", "gelu"), "c.json"); },
                                        {"hidden_act", "gelu"});
+    // Absurd sizes are refused before anything is allocated from them, and values that only give NaN.
+    expectErrorContaining<ConfigError>([&] { ModelConfig::fromJson(broken("num_hidden_layers", 1000000000), "c.json"); },
+                                       {"c.json", "'num_hidden_layers'", "from 1 to 1024", "1000000000"});
+    expectErrorContaining<ConfigError>([&] { ModelConfig::fromJson(broken("vocab_size", 1LL << 40), "c.json"); },
+                                       {"'vocab_size'", "from 1 to"});
+    expectErrorContaining<ConfigError>([&] { ModelConfig::fromJson(broken("rms_norm_eps", -1e-6), "c.json"); },
+                                       {"'rms_norm_eps'", "positive finite"});
+    expectErrorContaining<ConfigError>([&] { ModelConfig::fromJson(broken("rope_theta", 0), "c.json"); },
+                                       {"'rope_theta'", "positive finite"});
 }
 
 TEST(ModelConfig, ConfigFileThatIsNotJson) {

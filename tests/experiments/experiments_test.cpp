@@ -55,6 +55,12 @@ TEST(ExperimentConfig, UnknownKeysAndBadValuesAreErrors) {
     expectError<ConfigError>([&] { ExperimentConfig::load(writeToml(dir, "[generation]\nmax_new_tokens = \"many\"\n")); },
                              "generation.max_new_tokens");
     expectError<ConfigError>([&] { ExperimentConfig::load(writeToml(dir, "[answer]\nextract = \"regex\"\n")); }, "answer.regex");
+    expectError<ConfigError>([&] { ExperimentConfig::load(writeToml(dir, "[model.generate]\nheads = 0\n")); },
+                             "model.generate.heads' must be an integer from 1 to 256 (is 0)");
+    expectError<ConfigError>([&] { ExperimentConfig::load(writeToml(dir, "[model.generate]\nlayers = 1000000\n")); },
+                             "model.generate.layers");
+    expectError<ConfigError>([&] { ExperimentConfig::load(writeToml(dir, "[model.generate]\nheads = 4\nkv_heads = 3\n")); },
+                             "model.generate.kv_heads");
     test::writeTextFile(dir.file("broken.toml"), "[model\n");
     expectError<ConfigError>([&] { ExperimentConfig::load(dir.file("broken.toml")); }, "broken.toml");
 }
