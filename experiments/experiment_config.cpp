@@ -6,6 +6,7 @@
 #include <toml++/toml.h>
 
 #include <filesystem>
+#include <regex>
 #include <tuple>
 
 namespace kvscope::experiments {
@@ -157,7 +158,10 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
     gen.read("seed", seed);
     c.sampling.seed = static_cast<std::uint64_t>(seed);
     gen.rejectUnknown();
-    if (c.maxNewTokens <= 0) gen.fail("max_new_tokens", "must be positive");
+    if (c.maxNewTokens <= 0 || c.maxNewTokens > 1 << 20) gen.fail("max_new_tokens", "must be from 1 to 1048576");
+    if (!(c.sampling.temperature >= 0)) gen.fail("temperature", "must be >= 0 (0 is greedy)");
+    if (c.sampling.topK < 0) gen.fail("top_k", "must be >= 0 (0 is all tokens)");
+    if (!(c.sampling.topP > 0 && c.sampling.topP <= 1)) gen.fail("top_p", "must be in (0, 1]");
 
     Table boundary(root["boundary"].as_table(), "boundary.", path);
     boundary.read("rule", c.boundaryRule);
@@ -166,6 +170,8 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
     boundary.read("fraction", c.boundaryFraction);
     boundary.rejectUnknown();
     requireOneOf(path, "boundary.rule", c.boundaryRule, {"marker", "offset", "fraction"});
+    if (c.boundaryRule == "offset" && c.boundaryOffset < 1) boundary.fail("offset", "must be a positive number of generated tokens");
+    if (c.boundaryRule == "marker" && c.boundaryMarker.empty()) boundary.fail("marker", "must not be empty");
     if (c.boundaryRule == "fraction" && (c.boundaryFraction <= 0 || c.boundaryFraction >= 1))
         boundary.fail("fraction", "must be strictly between 0 and 1");
 
@@ -175,6 +181,13 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
     answer.rejectUnknown();
     requireOneOf(path, "answer.extract", c.answerExtract, {"last_number", "regex", "boxed"});
     if (c.answerExtract == "regex" && c.answerRegex.empty()) answer.fail("regex", "is required when extract = \"regex\"");
+    if (c.answerExtract == "regex") {  // found now, not after a model has generated every item
+        try {
+            const std::regex compiled(c.answerRegex);
+        } catch (const std::regex_error& e) {
+            answer.fail("regex", "is not a valid regular expression (" + std::string(e.what()) + ")");
+        }
+    }
 
     Table protocols(root["protocols"].as_table(), "protocols.", path);
     std::vector<std::string> run(allProtocols());

@@ -61,6 +61,13 @@ TEST(ExperimentConfig, UnknownKeysAndBadValuesAreErrors) {
                              "model.generate.layers");
     expectError<ConfigError>([&] { ExperimentConfig::load(writeToml(dir, "[model.generate]\nheads = 4\nkv_heads = 3\n")); },
                              "model.generate.kv_heads");
+    for (const auto& [body, field] : std::vector<std::pair<std::string, std::string>>{
+             {"[generation]\ntemperature = -0.5\n", "generation.temperature"},
+             {"[generation]\ntop_p = -1.0\n", "generation.top_p"},
+             {"[generation]\ntop_k = -3\n", "generation.top_k"},
+             {"[boundary]\nrule = \"offset\"\noffset = -4\n", "boundary.offset"},
+             {"[answer]\nextract = \"regex\"\nregex = \"Answer: ([0-9+\"\n", "answer.regex"}})
+        expectError<ConfigError>([&] { ExperimentConfig::load(writeToml(dir, body)); }, field);
     test::writeTextFile(dir.file("broken.toml"), "[model\n");
     expectError<ConfigError>([&] { ExperimentConfig::load(dir.file("broken.toml")); }, "broken.toml");
 }
