@@ -73,13 +73,15 @@ KvCache transplant(const KvCache& recipient, const KvCache& donor, const Transpl
     if (recipient.ids() != donor.ids()) refuse("the caches were built from different token ids");
     const int64_t end = spec.positionEnd < 0 ? recipient.length() : spec.positionEnd;
     if (end > recipient.length()) refuse("position range ends past the cache (" + std::to_string(recipient.length()) + " tokens)");
+    if (spec.positionBegin >= end)
+        refuse("position range " + std::to_string(spec.positionBegin) + ":" + std::to_string(end) +
+               " selects no position of the cache (" + std::to_string(recipient.length()) + " tokens)");
     for (int64_t l : spec.layers)
         if (l < 0 || l >= recipient.numLayers()) refuse("layer " + std::to_string(l) + " does not exist");
 
     KvCache out = recipient.clone();
     const int64_t count = end - spec.positionBegin;
     for (int64_t l : spec.layers) {
-        if (count <= 0) break;
         if (spec.keys) out.layerKeys(l).narrow(1, spec.positionBegin, count).copy_(donor.layerKeys(l).narrow(1, spec.positionBegin, count));
         if (spec.values) out.layerValues(l).narrow(1, spec.positionBegin, count).copy_(donor.layerValues(l).narrow(1, spec.positionBegin, count));
     }

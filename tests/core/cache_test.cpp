@@ -247,6 +247,11 @@ TEST(Transplant, RefusesMismatchedCachesWithTheReason) {
     expectRefusal(buildLiveCache(m, kPrompt, 4), "lengths");
     expectRefusal(buildLiveCache(m, {3, 3, 3, 3, 3, 3}, 5), "token ids");
     expectRefusal(buildLiveCache(other, kPrompt, 5), "models");
+    // A range that selects nothing would be a "transplant" that changed nothing.
+    all.parsePositions(std::to_string(a.length() + 10) + ":");
+    expectRefusal(buildLiveCache(m, kPrompt, 5), "selects no position of the cache");
+    all.parsePositions("3:3");
+    expectRefusal(buildLiveCache(m, kPrompt, 5), "selects no position");
 }
 
 TEST(Locator, FindsTheFirstDifferingOpBetweenLiveAndPrefillInBf16) {
