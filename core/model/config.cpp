@@ -1,6 +1,7 @@
 #include "core/model/config.h"
 
 #include "core/util/error.h"
+#include "core/util/limits.h"
 
 #include <cmath>
 #include <filesystem>
@@ -22,14 +23,7 @@ json readJsonFile(const std::string& path) {
 }
 
 // Typed field access that names the file and field on failure.
-// Far above any open model (Llama 3.1 405B: hidden 16384, 126 layers, 128 heads, vocabulary 128256,
-// 131072 positions) and far below what would exhaust memory before a tensor is read.
-constexpr int64_t kMaxWidth = 1 << 17;
-constexpr int64_t kMaxLayers = 1024;
-constexpr int64_t kMaxHeads = 4096;
-constexpr int64_t kMaxHeadDim = 4096;
-constexpr int64_t kMaxVocabulary = 1 << 23;
-constexpr int64_t kMaxPositions = 1 << 24;
+using namespace limits;
 
 class Fields {
 public:

@@ -2,6 +2,7 @@
 
 #include "core/text/byte_level.h"
 #include "core/util/error.h"
+#include "core/util/limits.h"
 
 #include <limits>
 
@@ -22,8 +23,9 @@ BpeModel BpeModel::fromJson(const nlohmann::json& m, const std::string& source) 
     std::unordered_map<std::string, int64_t> vocab;
     if (!m.contains("vocab") || !m["vocab"].is_object()) throw FormatError(source + ": model.vocab must be an object");
     for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) {
-        if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0)
-            throw FormatError(source + ": model.vocab['" + it.key() + "'] must be a non-negative integer id");
+        if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() >= limits::kMaxVocabulary)
+            throw FormatError(source + ": model.vocab['" + it.key() + "'] must be an integer id from 0 to " +
+                              std::to_string(limits::kMaxVocabulary - 1) + " (is " + it.value().dump() + ")");
         vocab[it.key()] = it.value().get<int64_t>();
     }
     std::vector<std::pair<std::string, std::string>> merges;

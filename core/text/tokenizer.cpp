@@ -4,6 +4,7 @@
 #include "core/text/bpe.h"
 #include "core/text/regex.h"
 #include "core/util/error.h"
+#include "core/util/limits.h"
 #include "core/util/parse.h"
 
 #include <nlohmann/json.hpp>
@@ -286,7 +287,9 @@ Tokenizer Tokenizer::fromJson(const std::string& text, const std::string& source
     }
     impl->idToToken = impl->bpe->idToToken();
     for (const auto& t : impl->added) {
-        if (t.id < 0) throw FormatError(source + ": added token '" + t.content + "' has a negative id");
+        if (t.id < 0 || t.id >= limits::kMaxVocabulary)
+            throw FormatError(source + ": added token '" + t.content + "' has id " + std::to_string(t.id) +
+                              " (expected 0 to " + std::to_string(limits::kMaxVocabulary - 1) + ")");
         if (static_cast<std::size_t>(t.id) >= impl->idToToken.size()) impl->idToToken.resize(t.id + 1);
         impl->idToToken[t.id] = t.content;
     }

@@ -123,6 +123,13 @@ TEST(Tokenizer, UnsupportedComponentsAreRefusedByName) {
     j = testTokenizerJson();
     j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "([unclosed";
     expectRefused(j, "does not compile");
+    // Ids far beyond any vocabulary would size the id table (std::bad_alloc before this check).
+    j = testTokenizerJson();
+    j["model"]["vocab"]["zz"] = int64_t{1} << 40;
+    expectRefused(j, "model.vocab['zz'] must be an integer id from 0 to");
+    j = testTokenizerJson();
+    j["added_tokens"][0]["id"] = int64_t{1} << 40;
+    expectRefused(j, "has id 1099511627776");
     expectRefused(nlohmann::json::array(), "expected an object");
     EXPECT_THROW(Tokenizer::fromJson("{not json", "tok.json"), FormatError);
 }
