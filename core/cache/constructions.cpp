@@ -109,7 +109,7 @@ GenerationResult continueFrom(const Transformer& model, const KvCache& source, c
     if (source.length() == 0) throw UsageError("cannot continue from an empty KV cache");
     Generator gen(model);
     KvCache cache = source.clone();
-    cache.reserve(cache.length() + stops.maxNewTokens + 1);
+    cache.reserve(cache.length() + std::min<int64_t>(stops.maxNewTokens, Generator::kUpfrontTokens) + 1);
     torch::Tensor logits = cache.nextLogits();
     if (!logits.defined()) {
         const int64_t last = cache.ids().back();

@@ -12,6 +12,7 @@ std::string stopReasonName(StopReason reason) {
         case StopReason::StopString: return "stop_string";
         case StopReason::MaxNewTokens: return "max_new_tokens";
         case StopReason::Cancelled: return "cancelled";
+        case StopReason::ContextFull: return "max_position_embeddings";
     }
     return "?";
 }
@@ -58,6 +59,10 @@ GenerationResult Generator::decodeN(KvCache& cache, torch::Tensor logits, const 
             return result;
         }
         if (static_cast<int64_t>(result.ids.size()) == stops.maxNewTokens) break;
+        if (cache.length() >= model_.config().maxPositionEmbeddings) {
+            result.stopReason = StopReason::ContextFull;
+            return result;
+        }
         logits = decodeOne(step.id, cache);
     }
     result.stopReason = StopReason::MaxNewTokens;
@@ -68,7 +73,9 @@ GenerationResult Generator::generate(const std::vector<int64_t>& prompt, const S
                                      const StopRules& stops, const TokenCallback& onToken,
                                      KvCache* cacheOut) const {
     if (prompt.empty()) throw UsageError("the prompt has no tokens");
-    KvCache cache = model_.newCache(static_cast<int64_t>(prompt.size()) + stops.maxNewTokens);
+    // Room for a typical continuation up front; a longer one grows the cache as it goes, so a huge
+    // --max-new-tokens does not allocate its whole KV before the first token.
+    KvCache cache = model_.newCache(static_cast<int64_t>(prompt.size()) + std::min<int64_t>(stops.maxNewTokens, kUpfrontTokens));
     cache.setPromptLength(static_cast<int64_t>(prompt.size()));
     torch::Tensor logits = prefill(prompt, cache);
     GenerationResult result = decodeN(cache, logits, sampling, stops, onToken);

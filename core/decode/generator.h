@@ -22,8 +22,10 @@ struct StopRules {
     std::function<std::string(const std::vector<int64_t>&)> detokenize;  // needed for stopStrings
 };
 
-enum class StopReason { Eos, StopString, MaxNewTokens, Cancelled };
-std::string stopReasonName(StopReason reason);  // "eos", "stop_string", "max_new_tokens", "cancelled"
+// ContextFull: the sequence reached the model's max_position_embeddings.
+enum class StopReason { Eos, StopString, MaxNewTokens, Cancelled, ContextFull };
+// "eos", "stop_string", "max_new_tokens", "cancelled", "max_position_embeddings"
+std::string stopReasonName(StopReason reason);
 
 struct GenerationResult {
     std::vector<int64_t> ids;       // generated token ids (the prompt excluded)
@@ -36,6 +38,7 @@ using TokenCallback = std::function<bool(const StepRecord& step, int64_t index)>
 
 class Generator {
 public:
+    static constexpr int64_t kUpfrontTokens = 1024;  // KV slots reserved beyond the prompt before decoding
     explicit Generator(const Transformer& model) : model_(model) {}
 
     torch::Tensor prefill(const std::vector<int64_t>& ids, KvCache& cache) const;  // [V] fp32

@@ -208,6 +208,9 @@ torch::Tensor Transformer::forward(const std::vector<int64_t>& ids, KvCache& cac
         throw UsageError("KV cache does not belong to this model (layers, KV heads or dtype differ)");
     const int64_t start = cache.length();
     const int64_t S = static_cast<int64_t>(ids.size());
+    if (start + S > config_.maxPositionEmbeddings)
+        throw UsageError("positions " + std::to_string(start) + ".." + std::to_string(start + S - 1) +
+                         " reach past the model's max_position_embeddings (" + std::to_string(config_.maxPositionEmbeddings) + ")");
     cache.reserve(start + S);
 
     Span span;

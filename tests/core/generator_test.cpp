@@ -1,5 +1,7 @@
 // prefill / decodeOne / decodeN and their stop rules.
 #include "core/decode/generator.h"
+#include "core/model/test_model.h"
+#include "core/util/error.h"
 #include "core/text/tokenizer.h"
 #include "support/test_support.h"
 
@@ -94,4 +96,29 @@ TEST_F(GeneratorTest, SeededSamplingIsReproducibleAndContinuationFromAnyCacheDra
 }
 
 }  // namespace
+TEST(GeneratorLimits, StopsAtMaxPositionEmbeddingsAndRefusesALongerPrompt) {
+    test::TempDir dir;
+    TestModelSpec spec = test::tinySpec("qwen2");
+    spec.maxPositionEmbeddings = 24;
+    writeTestModel(spec, dir.file("short"));
+    const Transformer model = Transformer::load(dir.file("short"), torch::kFloat32, torch::kCPU);
+    Generator gen(model);
+    StopRules stops;
+    stops.maxNewTokens = 3000000;  // reserves nothing like this up front (that used to be 1.7 GB of KV)
+    KvCache cache;
+    const std::vector<int64_t> prompt(10, 5);
+    const GenerationResult r = gen.generate(prompt, SamplingParams{}, stops, {}, &cache);
+    EXPECT_EQ(r.stopReason, StopReason::ContextFull);
+    EXPECT_EQ(stopReasonName(r.stopReason), "max_position_embeddings");
+    EXPECT_EQ(cache.length(), 24) << "every position the model has, and no more";
+    EXPECT_EQ(r.ids.size(), 15u);
+    EXPECT_LE(cache.capacity(), 24 + Generator::kUpfrontTokens);
+    try {
+        gen.generate(std::vector<int64_t>(30, 5), SamplingParams{}, stops);
+        FAIL() << "a 30-token prompt does not fit 24 positions";
+    } catch (const UsageError& e) {
+        EXPECT_NE(std::string(e.what()).find("max_position_embeddings (24)"), std::string::npos) << e.what();
+    }
+}
+
 }  // namespace kvscope
