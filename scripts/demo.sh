@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The main job on the embedded default, kvscope's trained demo model (resources/demo-model):
-#   1. the study on one item by hand, in bf16: decode live (prompt + greedy tokens, keeping the
-#      cache), rebuild the same integer ids as a one-shot prefill and token by token after the prompt,
-#      compare the caches, find the op where they first differ, and continue from each;
-#   2. `kvscope demo`: every protocol over the model's 200 held-out test problems into a fresh
-#      ledger, then the report and the command that opens it in the desktop application.
+#   1. `kvscope demo`: every protocol of the study over the model's 200 held-out test problems into
+#      a fresh ledger, then its report;
+#   2. the study by hand on one item that run found divergent (the first in its items table; which
+#      items split depends on the CPU): decode live up to the item's stage boundary keeping the
+#      cache, rebuild the same integer ids as a one-shot prefill and token by token after the prompt,
+#      compare the caches, find the op where they first differ, and continue greedily from each.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 kvscope="$root/build/dev/app/kvscope"
@@ -13,12 +14,28 @@ work="${XDG_CACHE_HOME:-$HOME/.cache}/kvscope/walkthrough"
 mkdir -p "$work"
 "$kvscope" --version
 
-prompt=$("$kvscope" tokenize --model "$model" --text $'Q: 37+48-19*2\n')
-echo "== prompt ids: $prompt"
-"$kvscope" cache build --model "$model" --dtype bf16 --prompt-ids "$prompt" --generate 24 \
+echo "== the whole study as a batch: kvscope demo (every protocol, 200 test problems)"
+ledger="$work/demo.db"
+rm -f "$ledger"
+"$kvscope" demo --ledger "$ledger"
+
+# items.csv: item_id,status,boundary,suffix_equal,... ; the first item whose suffixes differ.
+read -r item boundary < <("$kvscope" report "$ledger" --format csv |
+  awk -F, 'NR > 1 && $4 == "false" { gsub(/"/, "", $1); print $1, $3; exit }') || true
+if [[ -z "${item:-}" ]]; then
+  echo "== no item diverged on this machine: nothing to walk through by hand (the report above says so)"
+  exit 0
+fi
+prompt_text=$(sed -n "s/.*\"id\":\"$item\",\"prompt\":\"\\(Q: [^\\\\]*\\)\\\\n\".*/\\1/p" "$model/test.jsonl")
+echo "== by hand: $item ($prompt_text), boundary after $boundary generated tokens"
+prompt=$("$kvscope" tokenize --model "$model" --text "$prompt_text"$'\n')
+echo "-- prompt ids: $prompt"
+# One thread, as experiments/demo.toml runs: the bits (and so the split) depend on the thread count.
+build=(--model "$model" --dtype bf16 --threads 1)
+"$kvscope" cache build "${build[@]}" --prompt-ids "$prompt" --generate "$boundary" \
   --construction live --out "$work/live.safetensors"
 for c in prefill incremental; do
-  "$kvscope" cache build --model "$model" --dtype bf16 --ids-from "$work/live.safetensors" \
+  "$kvscope" cache build "${build[@]}" --ids-from "$work/live.safetensors" \
     --construction "$c" --out "$work/$c.safetensors"
 done
 echo "== live vs token-by-token after the prompt (the study's bridge)"
@@ -26,12 +43,10 @@ echo "== live vs token-by-token after the prompt (the study's bridge)"
 echo "== live vs one-shot prefill of the same ids"
 "$kvscope" cache diff "$work/live.safetensors" "$work/prefill.safetensors"
 echo "== where the difference enters"
-"$kvscope" cache locate --model "$model" --dtype bf16 "$work/live.safetensors" "$work/prefill.safetensors"
-echo "== greedy continuations from each cache"
+"$kvscope" cache locate "${build[@]}" "$work/live.safetensors" "$work/prefill.safetensors"
+echo "== greedy continuations from each cache (the same ids, other low bits)"
 for c in live prefill; do
   echo "-- $c"
-  "$kvscope" continue --model "$model" --dtype bf16 --cache "$work/$c.safetensors" --max-new-tokens 40
+  "$kvscope" continue "${build[@]}" --cache "$work/$c.safetensors" --max-new-tokens 128
 done
-
-echo "== the whole study as a batch: kvscope demo (every protocol, 200 test problems)"
-"$kvscope" demo
+echo "== open the ledger in the desktop application: kvscope-gui $ledger --item $item"
