@@ -5,6 +5,7 @@
 #include "core/cache/fingerprint.h"
 #include "core/cache/transplant.h"
 #include "core/util/error.h"
+#include "core/util/file_names.h"
 
 #include <chrono>
 #include <filesystem>
@@ -274,7 +275,8 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
     if (!ctx.keepCachesDir.empty()) {
         std::filesystem::create_directories(ctx.keepCachesDir);
         for (const auto& [name, cache] : {std::pair<const char*, const KvCache*>{"live", &live}, {"prefill", &prefill}}) {
-            const std::string path = (std::filesystem::path(ctx.keepCachesDir) / (item.id + "." + name + ".safetensors")).string();
+            const std::string path =
+                (std::filesystem::path(ctx.keepCachesDir) / (fileNameComponent(item.id) + "." + name + ".safetensors")).string();
             saveCache(*cache, path);
             rec.results["caches"][name] = path;
         }

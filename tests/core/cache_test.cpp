@@ -5,6 +5,7 @@
 #include "core/cache/fingerprint.h"
 #include "core/cache/locator.h"
 #include "core/cache/transplant.h"
+#include "core/util/file_names.h"
 #include "core/model/safetensors.h"
 #include "core/util/error.h"
 #include "support/test_support.h"
@@ -275,6 +276,19 @@ TEST(Locator, FindsTheFirstDifferingOpBetweenLiveAndPrefillInBf16) {
     const LocatorReport same = locateDivergence(m, live.ids(), live.promptLength(), Construction::parse("prefill"),
                                                 Construction::parse("prefill"));
     EXPECT_FALSE(same.firstDifference.has_value());
+}
+
+TEST(FileNames, DataNeverLeavesTheFolderAndDistinctIdsStayDistinct) {
+    EXPECT_EQ(fileNameComponent("demo-test-007"), "demo-test-007") << "portable names pass unchanged";
+    for (const std::string hostile : {"../escape", "/etc/passwd", "..", ".", "", ".hidden", "a/b", "a\\b", "x\ny", "caf\u00e9"}) {
+        const std::string name = fileNameComponent(hostile);
+        EXPECT_EQ(name.find('/'), std::string::npos) << hostile;
+        EXPECT_NE(name.front(), '.') << hostile;
+        EXPECT_EQ(name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"), std::string::npos) << name;
+    }
+    EXPECT_NE(fileNameComponent("a/b"), fileNameComponent("a_b")) << "a sanitised name carries a hash of the original";
+    EXPECT_NE(fileNameComponent("a/b"), fileNameComponent("a:b"));
+    EXPECT_LE(fileNameComponent(std::string(1000, 'x')).size(), 120u);
 }
 
 }  // namespace

@@ -1,0 +1,35 @@
+#include "core/util/file_names.h"
+
+#include "core/util/hash.h"
+
+#include <cstdint>
+#include <cstdio>
+
+namespace kvscope {
+namespace {
+
+bool isPortable(unsigned char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+}
+
+std::uint64_t hashOf(const std::string& text) {  // FNV-1a, then mixed
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
+    return splitmix64(h);
+}
+
+}  // namespace
+
+std::string fileNameComponent(const std::string& text) {
+    constexpr std::size_t kMostKept = 96;  // leaves room for a suffix within NAME_MAX (255)
+    std::string name;
+    for (std::size_t i = 0; i < text.size() && name.size() < kMostKept; ++i)
+        name += isPortable(static_cast<unsigned char>(text[i])) ? text[i] : '_';
+    if (name.empty() || name.front() == '.') name.insert(name.begin(), '_');  // no "", ".", ".." or hidden files
+    if (name == text) return name;
+    char suffix[24];
+    std::snprintf(suffix, sizeof suffix, "-%08llx", static_cast<unsigned long long>(hashOf(text) & 0xffffffffull));
+    return name + suffix;
+}
+
+}  // namespace kvscope
