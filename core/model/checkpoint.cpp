@@ -112,6 +112,11 @@ Checkpoint Checkpoint::open(const std::string& dir) {
             throw FormatError(index.string() + ": weight_map says '" + name + "' is in " + shard +
                               ", but that shard does not contain it");
     }
+    if (!weightMap.empty())  // the index is the list of record: a tensor it does not name is not used silently
+        for (const auto& [name, file] : ck.where_)
+            if (!weightMap.count(name))
+                throw FormatError(file->path() + ": holds tensor '" + name + "', which " + index.string() +
+                                  "'s weight_map does not list");
     return ck;
 }
 
@@ -143,10 +148,16 @@ std::vector<std::string> Checkpoint::validate() const {
             problems.push_back("missing tensor '" + want.name + "' (expected shape " + shapeText(want.shape) + ")");
             continue;
         }
-        const auto& have = it->second->find(want.name)->shape;
-        if (have != want.shape)
-            problems.push_back(it->second->path() + ": tensor '" + want.name + "' has shape " + shapeText(have) +
+        const SafetensorsEntry& have = *it->second->find(want.name);
+        if (have.shape != want.shape)
+            problems.push_back(it->second->path() + ": tensor '" + want.name + "' has shape " + shapeText(have.shape) +
                                ", expected " + shapeText(want.shape) + " from config.json");
+        // Every weight kvscope reads is a float; integer or boolean data cast to float would run and
+        // give garbage (a quantised checkpoint's packed ints, say) instead of an error.
+        static const std::set<std::string> floats = {"F64", "F32", "F16", "BF16"};
+        if (!floats.count(have.dtype))
+            problems.push_back(it->second->path() + ": tensor '" + want.name + "' is stored as " + have.dtype +
+                               ", expected a float type (F32, F16, BF16 or F64)");
     }
     if (!problems.empty()) {
         std::string msg = dir_ + ": checkpoint does not match config.json: " + problems.front();

@@ -154,6 +154,27 @@ TEST(Checkpoint, ShardedCheckpointLoadsAndIndexIsChecked) {
     expectErrorContaining<FormatError>([&] { Checkpoint::open(m); }, {"model.norm.weight", "does not contain it"});
 }
 
+TEST(Checkpoint, ATensorTheIndexDoesNotListIsAnError) {
+    test::TempDir dir;
+    const std::string m = copyOf("qwen2-sharded", dir);
+    auto index = readJson(m + "/model.safetensors.index.json");
+    index["weight_map"].erase("model.norm.weight");
+    writeJson(m + "/model.safetensors.index.json", index);
+    expectErrorContaining<FormatError>([&] { Checkpoint::open(m); }, {"'model.norm.weight'", "weight_map does not list"});
+}
+
+TEST(Checkpoint, IntegerWeightsAreRefusedNotCastToFloat) {
+    test::TempDir dir;
+    const std::string m = copyOf("qwen2", dir);
+    SafetensorsFile f(m + "/model.safetensors");
+    std::vector<std::pair<std::string, torch::Tensor>> tensors;
+    for (const auto& e : f.entries())
+        tensors.emplace_back(e.name, e.name == "model.norm.weight" ? torch::ones({64}, torch::kInt32) : f.read(e.name));
+    writeSafetensors(m + "/model.safetensors", tensors);
+    expectErrorContaining<TensorError>([&] { Transformer::load(m, torch::kFloat32, torch::kCPU); },
+                                       {"'model.norm.weight'", "stored as I32", "expected a float type"});
+}
+
 TEST(Checkpoint, DirectoryWithoutWeights) {
     test::TempDir dir;
     const std::string m = copyOf("qwen2", dir);
