@@ -28,6 +28,38 @@ torch::Tensor Generator::decodeOne(int64_t id, KvCache& cache) const {
 }
 
 namespace {
+
+// Records the first op whose output holds a NaN or an infinity (attention scores hold -inf where the
+// causal mask hides a key; only NaN or +inf count there).
+class FirstNonFiniteOp : public ForwardObserver {
+public:
+    static bool nonFinite(const char* op, const torch::Tensor& value) {
+        if (std::string(op) == "scores") return (torch::isnan(value).any() | torch::isposinf(value).any()).item<bool>();
+        return !torch::isfinite(value).all().item<bool>();
+    }
+    void onOp(int64_t layer, const char* op, const torch::Tensor& value, int64_t) override {
+        if (found_.empty() && nonFinite(op, value))
+            found_ = (layer < 0 ? std::string("after the layers") : "layer " + std::to_string(layer)) + ", op '" + op + "'";
+    }
+    const std::string& found() const { return found_; }
+
+private:
+    std::string found_;
+};
+
+// Logits with NaN or Inf come from broken weights or settings; a token chosen from them would be a
+// silent wrong answer. One extra forward over the same ids with an observer names where they start.
+void requireFiniteLogits(const Transformer& model, const torch::Tensor& logits, const KvCache& cache, int64_t step) {
+    if (torch::isfinite(logits).all().item<bool>()) return;
+    FirstNonFiniteOp first;
+    KvCache scratch = model.newCache(cache.length());
+    model.forward(cache.ids(), scratch, Logits::Last, &first);
+    throw TensorError("the logits for generated token " + std::to_string(step) + " (position " +
+                      std::to_string(cache.length()) + ") contain NaN or Inf; the first non-finite value is at " +
+                      (first.found().empty() ? std::string("no op when recomputed in one forward") : first.found()) +
+                      " (check the weights, rms_norm_eps and rope_theta)");
+}
+
 bool hitsStopString(const StopRules& stops, const std::vector<int64_t>& generated) {
     if (stops.stopStrings.empty()) return false;
     if (!stops.detokenize) throw UsageError("stop strings need a tokenizer to decode the generated text");
@@ -42,6 +74,7 @@ GenerationResult Generator::decodeN(KvCache& cache, torch::Tensor logits, const 
     GenerationResult result;
     while (static_cast<int64_t>(result.ids.size()) < stops.maxNewTokens) {
         const auto position = static_cast<std::uint64_t>(cache.length());
+        requireFiniteLogits(model_, logits, cache, static_cast<int64_t>(result.ids.size()));
         StepRecord step = chooseToken(logits, sampling, position);
         result.ids.push_back(step.id);
         result.steps.push_back(step);

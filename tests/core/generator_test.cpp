@@ -1,11 +1,14 @@
 // prefill / decodeOne / decodeN and their stop rules.
 #include "core/decode/generator.h"
+#include "core/model/safetensors.h"
 #include "core/model/test_model.h"
 #include "core/util/error.h"
 #include "core/text/tokenizer.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
+
+#include <limits>
 
 namespace kvscope {
 namespace {
@@ -118,6 +121,31 @@ TEST(GeneratorLimits, StopsAtMaxPositionEmbeddingsAndRefusesALongerPrompt) {
         FAIL() << "a 30-token prompt does not fit 24 positions";
     } catch (const UsageError& e) {
         EXPECT_NE(std::string(e.what()).find("max_position_embeddings (24)"), std::string::npos) << e.what();
+    }
+}
+
+TEST(GeneratorLimits, NonFiniteLogitsAreAnErrorNamingTheFirstLayerAndOp) {
+    test::TempDir dir;
+    writeTestModel(test::tinySpec("qwen2"), dir.file("broken"));
+    const std::string weights = dir.file("broken") + "/model.safetensors";
+    {
+        SafetensorsFile f(weights);
+        std::vector<std::pair<std::string, torch::Tensor>> tensors;
+        for (const auto& e : f.entries()) {
+            torch::Tensor t = f.read(e.name).clone();
+            if (e.name == "model.layers.1.mlp.down_proj.weight") t.fill_(std::numeric_limits<float>::infinity());
+            tensors.emplace_back(e.name, t);
+        }
+        writeSafetensors(weights, tensors);
+    }
+    const Transformer model = Transformer::load(dir.file("broken"), torch::kFloat32, torch::kCPU);
+    try {
+        Generator(model).generate({5, 6, 7}, SamplingParams{}, StopRules{});
+        FAIL() << "a token was chosen from non-finite logits";
+    } catch (const TensorError& e) {
+        const std::string message = e.what();
+        EXPECT_NE(message.find("generated token 0"), std::string::npos) << message;
+        EXPECT_NE(message.find("layer 1, op 'mlp'"), std::string::npos) << message;
     }
 }
 
