@@ -2,7 +2,14 @@
 
 #include "core/util/error.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <chrono>
 #include <ctime>
@@ -244,6 +251,44 @@ void Ledger::mergeFrom(const Ledger& other) {
                     throw UsageError("item '" + item.itemId + "' of run " + r.runId + " differs between " + path_ + " and " + other.path());
         }
     }
+}
+
+namespace {
+
+std::string lockHolder(int fd) {
+    char text[32] = {};
+    const ssize_t n = ::pread(fd, text, sizeof text - 1, 0);
+    const std::string pid = n > 0 ? std::string(text, static_cast<std::size_t>(n)) : std::string();
+    return pid.empty() ? "another process" : "pid " + pid.substr(0, pid.find('\n'));
+}
+
+}  // namespace
+
+LedgerWriteLock::LedgerWriteLock(const std::string& ledgerPath) {
+    const std::string path = ledgerPath + ".lock";
+    while (true) {
+        fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd_ < 0) throw FormatError(path + ": cannot open the ledger's lock file (" + std::strerror(errno) + ")");
+        if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+            const std::string holder = lockHolder(fd_);
+            ::close(fd_);
+            fd_ = -1;
+            throw UsageError(ledgerPath + ": another kvscope run (" + holder + ") is writing this ledger; wait for it to finish or use another ledger");
+        }
+        // Whoever held the lock before may have replaced the file; a lock on a file no longer at
+        // `path` excludes nobody, so take the one that is there now.
+        struct stat held {}, current {};
+        if (::fstat(fd_, &held) == 0 && ::stat(path.c_str(), &current) == 0 && held.st_ino == current.st_ino) break;
+        ::close(fd_);
+    }
+    // Best effort: without the PID the lock still holds, and a refused writer says "another process".
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    [[maybe_unused]] const bool recorded =
+        ::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, pid.data(), pid.size(), 0) == static_cast<ssize_t>(pid.size());
+}
+
+LedgerWriteLock::~LedgerWriteLock() {
+    if (fd_ >= 0) ::close(fd_);  // releases the lock; the next holder rewrites the PID
 }
 
 }  // namespace kvscope::experiments

@@ -74,4 +74,19 @@ private:
     sqlite3* db_ = nullptr;
 };
 
+// One writer per ledger. A run (or a merge) holds an exclusive flock on LEDGER.lock, which records
+// its PID; a second writer is refused at once with that PID instead of computing the same items and
+// dying on a UNIQUE constraint. The kernel drops the lock when the holder exits, however it exits, so
+// a killed run never leaves a stale lock behind (the file itself stays, empty of meaning).
+class LedgerWriteLock {
+public:
+    explicit LedgerWriteLock(const std::string& ledgerPath);  // UsageError naming the holder's PID
+    ~LedgerWriteLock();
+    LedgerWriteLock(const LedgerWriteLock&) = delete;
+    LedgerWriteLock& operator=(const LedgerWriteLock&) = delete;
+
+private:
+    int fd_ = -1;
+};
+
 }  // namespace kvscope::experiments

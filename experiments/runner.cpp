@@ -72,6 +72,7 @@ RunSummary runExperiment(const ExperimentConfig& config, const RunOptions& o,
     config.generateModelIfMissing();
     const auto items = loadDataset(config.datasetPath);
     const nlohmann::json manifest = buildManifest(config);  // hashes every input before anything runs
+    const LedgerWriteLock lock(o.ledgerPath);  // before anything is read, so no item is computed twice
     Ledger ledger(o.ledgerPath);
     RunSummary summary;
     summary.runId = openRun(ledger, manifest, o.newRun, summary.resumed);

@@ -157,6 +157,36 @@ TEST(RunCli, KilledMidRunThenResumedLosesAndRepeatsNothing) {
     }
 }
 
+TEST(RunCli, ASecondWriterIsRefusedNamingTheHolderAndNothingIsComputedTwice) {
+    test::TempDir dir;
+    const std::string db = dir.file("r.db");
+    const std::string exp = writeExperiment(dir, "\"matched\"");
+    const pid_t first = ::fork();
+    ASSERT_GE(first, 0);
+    if (first == 0) {
+        ::execl(KVSCOPE_CLI, KVSCOPE_CLI, "run", dir.file("exp.toml").c_str(), "--ledger", db.c_str(), "--limit", "4",
+                static_cast<char*>(nullptr));
+        ::_exit(127);
+    }
+    // Wait until the first run holds the lock (its PID is in the lock file).
+    const std::string expected = std::to_string(first);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (std::chrono::steady_clock::now() < deadline &&
+           (!std::filesystem::exists(db + ".lock") || test::readTextFile(db + ".lock").rfind(expected, 0) != 0))
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const auto second = runCli("run " + exp + " --ledger " + shellQuote(db) + " --limit 4");
+    int status = 0;
+    ::waitpid(first, &status, 0);
+    EXPECT_EQ(second.exitCode, 2) << second.err;
+    EXPECT_NE(second.err.find("another kvscope run (pid " + expected + ")"), std::string::npos) << second.err;
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "the first run finishes undisturbed";
+    experiments::Ledger ledger(db, experiments::LedgerAccess::ReadOnly);
+    EXPECT_EQ(ledger.items(ledger.runs().front().runId).size(), 4u);
+    // Once the holder has exited, the ledger is free again (the kernel dropped the lock).
+    EXPECT_EQ(runCli("run " + exp + " --ledger " + shellQuote(db) + " --limit 4").exitCode, 0);
+}
+
 TEST(RunCli, InterruptFinishesTheItemAndTellsHowToResume) {
     test::TempDir dir;
     const std::string db = dir.file("r.db");

@@ -14,6 +14,8 @@
 
 #include <filesystem>
 
+#include <unistd.h>
+
 namespace kvscope::experiments {
 namespace {
 
@@ -195,6 +197,16 @@ TEST(Ledger, ReadOnlyAccessNeverWritesAndRefusesWhatIsNotALedger) {
         l.createRun("r1", {{"identity", {{"config", {{"name", "x"}}}}}});
     }
     EXPECT_EQ(Ledger(dir.file("real.db"), LedgerAccess::ReadOnly).runs().size(), 1u);
+}
+
+TEST(Ledger, OneWriterAtATime) {
+    test::TempDir dir;
+    const std::string db = dir.file("l.db");
+    {
+        const LedgerWriteLock held(db);
+        expectError<UsageError>([&] { LedgerWriteLock second(db); }, "pid " + std::to_string(::getpid()));
+    }
+    const LedgerWriteLock again(db);  // released with the first holder
 }
 
 TEST(Manifest, HashesInputsAndNamesWhatChanged) {
