@@ -3,6 +3,8 @@
 // (Ctrl-C: the item in flight is finished and recorded first; run the same command to resume).
 #include "cli_common.h"
 
+#include "core/util/atomic_file.h"
+
 #include "experiments/dataset.h"
 #include "experiments/ledger.h"
 #include "experiments/manifest.h"
@@ -94,10 +96,8 @@ void addReport(CLI::App& app) {
         std::cout << (o->format == "json" ? json : o->format == "csv" ? csv : md);
         if (!o->out.empty()) {
             std::filesystem::create_directories(o->out);
-            for (const auto& [name, text] : {std::pair{"report.md", md}, {"report.json", json}, {"items.csv", csv}}) {
-                std::ofstream f(std::filesystem::path(o->out) / name);
-                f << text;
-            }
+            for (const auto& [name, text] : {std::pair{"report.md", md}, {"report.json", json}, {"items.csv", csv}})
+                writeTextFileAtomically((std::filesystem::path(o->out) / name).string(), text);
         }
     });
 }

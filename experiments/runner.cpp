@@ -6,6 +6,7 @@
 #include "experiments/protocols.h"
 
 #include "core/model/transformer.h"
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/threads.h"
 
@@ -73,6 +74,7 @@ RunSummary runExperiment(const ExperimentConfig& config, const RunOptions& o,
     const auto items = loadDataset(config.datasetPath);
     const nlohmann::json manifest = buildManifest(config);  // hashes every input before anything runs
     const LedgerWriteLock lock(o.ledgerPath);  // before anything is read, so no item is computed twice
+    if (!o.keepCachesDir.empty()) removePartialFiles(o.keepCachesDir);  // strays of an interrupted run
     Ledger ledger(o.ledgerPath);
     RunSummary summary;
     summary.runId = openRun(ledger, manifest, o.newRun, summary.resumed);

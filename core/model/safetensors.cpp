@@ -1,5 +1,6 @@
 #include "core/model/safetensors.h"
 
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
 
 #include <nlohmann/json.hpp>
@@ -185,27 +186,15 @@ void writeSafetensors(const std::string& path,
     std::string text = header.dump();
     text.append((8 - text.size() % 8) % 8, ' ');  // keep the data section 8-byte aligned
 
-    const std::string tmp = path + ".partial";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) throw FormatError(tmp + ": cannot open for writing");
+    writeFileAtomically(path, [&](std::ostream& out) {
         std::uint8_t len[8];
-        std::uint64_t n = text.size();
+        const std::uint64_t n = text.size();
         for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(n >> (8 * i));
         out.write(reinterpret_cast<const char*>(len), 8);
         out.write(text.data(), static_cast<std::streamsize>(text.size()));
         for (const auto& t : cpu)
-            out.write(static_cast<const char*>(t.data_ptr()),
-                      static_cast<std::streamsize>(t.numel() * t.element_size()));
-        if (!out.flush()) {
-            std::remove(tmp.c_str());
-            throw FormatError(tmp + ": write failed (disk full?)");
-        }
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        std::remove(tmp.c_str());
-        throw FormatError(path + ": cannot move the finished file into place");
-    }
+            out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
+    });
 }
 
 }  // namespace kvscope

@@ -135,10 +135,13 @@ ModelConfig writeTestModel(const TestModelSpec& spec, const std::string& dirName
     // Round-trip through the JSON parser so a spec that the loader would reject fails here.
     c = ModelConfig::fromJson(c.toJson(), "generated config");
 
-    writeJsonFile((dir / "config.json").string(), c.toJson());
+    // Every file is written atomically and config.json last: a folder without config.json is "no
+    // model yet", so generation interrupted at any point is simply redone by the next run.
+    removePartialFiles(dir.string());
     writeJsonFile((dir / "generation_config.json").string(), {{"eos_token_id", {endOfText, imEnd}}, {"do_sample", false}});
     writeJsonFile((dir / "tokenizer.json").string(), makeTokenizerJson(bpe, specials));
     writeWeights(c, spec, dir);
+    writeJsonFile((dir / "config.json").string(), c.toJson());
     return c;
 }
 

@@ -1,9 +1,12 @@
 // The safetensors reader on good and deliberately broken files.
 #include "core/model/safetensors.h"
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
+
+#include <filesystem>
 
 #include <fstream>
 
@@ -122,6 +125,27 @@ TEST(Safetensors, WriterLeavesNoPartialFileBehind) {
     writeSafetensors(dir.file("a.safetensors"), {{"w", torch::ones({2})}});
     EXPECT_FALSE(std::filesystem::exists(dir.file("a.safetensors.partial")));
     EXPECT_THROW(writeSafetensors(dir.file("no/such/dir/a.safetensors"), {{"w", torch::ones({2})}}), FormatError);
+}
+
+TEST(AtomicFiles, AFailedWriteLeavesNeitherAFileNorAPartial) {
+    test::TempDir dir;
+    const std::string path = dir.file("out.bin");
+    test::writeTextFile(path, "old");
+    EXPECT_THROW(writeFileAtomically(path, [](std::ostream& out) {
+                     out << "half";
+                     throw FormatError("interrupted");
+                 }),
+                 FormatError);
+    EXPECT_EQ(test::readTextFile(path), "old") << "the previous content survives";
+    EXPECT_FALSE(std::filesystem::exists(path + ".partial"));
+    writeTextFileAtomically(path, "new");
+    EXPECT_EQ(test::readTextFile(path), "new");
+    // Strays of a killed writer are swept; finished files are not touched.
+    test::writeTextFile(dir.file("a.safetensors.partial"), "x");
+    std::filesystem::create_directories(dir.file("model.partial"));
+    EXPECT_EQ(removePartialFiles(dir.path()), 2);
+    EXPECT_TRUE(std::filesystem::exists(path));
+    EXPECT_EQ(removePartialFiles(dir.file("no-such-folder")), 0);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "experiments/manifest.h"
 #include "experiments/report.h"
 
+#include "core/model/transformer.h"
 #include "core/util/error.h"
 #include "support/test_support.h"
 
@@ -207,6 +208,23 @@ TEST(Ledger, OneWriterAtATime) {
         expectError<UsageError>([&] { LedgerWriteLock second(db); }, "pid " + std::to_string(::getpid()));
     }
     const LedgerWriteLock again(db);  // released with the first holder
+}
+
+TEST(ExperimentConfig, AGeneratedModelInterruptedBeforeItsConfigIsGeneratedAgain) {
+    test::TempDir dir;
+    const std::string path = writeToml(dir, "[model.generate]\narch = \"qwen2\"\n");
+    std::string toml = test::readTextFile(path);
+    const std::size_t at = toml.find("dir = \"");
+    toml.replace(at, toml.find('\n', at) - at, "dir = \"gen\"");
+    test::writeTextFile(path, toml);
+    const ExperimentConfig c = ExperimentConfig::load(path);
+    // What a kill during generation leaves: some files, a stray .partial, no config.json.
+    std::filesystem::create_directories(c.modelDir);
+    test::writeTextFile(c.modelDir + "/tokenizer.json", "{\"truncated");
+    test::writeTextFile(c.modelDir + "/model.safetensors.partial", "half");
+    c.generateModelIfMissing();
+    EXPECT_FALSE(std::filesystem::exists(c.modelDir + "/model.safetensors.partial"));
+    EXPECT_NO_THROW(Transformer::load(c.modelDir, torch::kFloat32, torch::kCPU));
 }
 
 TEST(Manifest, HashesInputsAndNamesWhatChanged) {
