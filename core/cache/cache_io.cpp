@@ -10,10 +10,25 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
+
 namespace kvscope {
 namespace {
 
 std::string layerKey(int64_t l, const char* which) { return "layers." + std::to_string(l) + "." + which; }
+
+// The K/V fingerprint covers data, dtype and ids; the seal covers every other metadata field that
+// decides how a cache may be used (the model it belongs to, where the prompt ends, how it was built,
+// whether it carries next-token logits), so editing any of them is detected on load.
+std::string metadataSeal(const std::map<std::string, std::string>& meta) {
+    std::string text = "kvscope-cache-metadata-v2";
+    for (const char* key : {"dtype", "fingerprint", "ids_fingerprint", "model_fingerprint", "prompt_length",
+                            "construction", "next_logits_fingerprint"}) {
+        const auto it = meta.find(key);
+        text += std::string("|") + key + "=" + (it == meta.end() ? std::string() : it->second);
+    }
+    return sha256Hex(text.data(), text.size());
+}
 
 }  // namespace
 
@@ -26,18 +41,19 @@ void saveCache(const KvCache& cache, const std::string& path) {
     const torch::Tensor logits = cache.nextLogits().defined() ? cache.nextLogits().to(torch::kFloat32) : torch::Tensor();
     if (logits.defined()) tensors.emplace_back("next_logits", logits);
     const CacheFingerprint fp = fingerprintCache(cache);
-    writeSafetensors(path, tensors,
-                     {{"format", "kvscope-kv-cache"},
-                      {"format_version", "1"},
-                      {"kvscope_version", kvscopeVersion()},
-                      {"dtype", dtypeName(cache.dtype())},
-                      {"construction", cache.construction()},
-                      {"prompt_length", std::to_string(cache.promptLength())},
-                      {"token_ids", nlohmann::json(cache.ids()).dump()},
-                      {"ids_fingerprint", fp.ids},
-                      {"model_fingerprint", cache.modelFingerprint()},
-                      {"fingerprint", fp.overall},
-                      {"next_logits_fingerprint", logits.defined() ? tensorFingerprint(logits) : ""}});
+    std::map<std::string, std::string> meta = {{"format", "kvscope-kv-cache"},
+                                               {"format_version", "2"},
+                                               {"kvscope_version", kvscopeVersion()},
+                                               {"dtype", dtypeName(cache.dtype())},
+                                               {"construction", cache.construction()},
+                                               {"prompt_length", std::to_string(cache.promptLength())},
+                                               {"token_ids", nlohmann::json(cache.ids()).dump()},
+                                               {"ids_fingerprint", fp.ids},
+                                               {"model_fingerprint", cache.modelFingerprint()},
+                                               {"fingerprint", fp.overall},
+                                               {"next_logits_fingerprint", logits.defined() ? tensorFingerprint(logits) : ""}};
+    meta["metadata_seal"] = metadataSeal(meta);
+    writeSafetensors(path, tensors, meta);
 }
 
 KvCache loadCache(const std::string& path, torch::Device device) {
@@ -49,8 +65,13 @@ KvCache loadCache(const std::string& path, torch::Device device) {
         return it->second;
     };
     if (field("format") != "kvscope-kv-cache") throw FormatError(path + ": not a kvscope KV cache (metadata 'format' is not kvscope-kv-cache)");
-    if (field("format_version") != "1")
-        throw FormatError(path + ": KV cache format_version " + field("format_version") + " is not supported (expected 1)");
+    if (field("format_version") == "1")
+        throw FormatError(path + ": KV cache format_version 1 (kvscope 0.2) has no metadata seal; rebuild the cache with this kvscope");
+    if (field("format_version") != "2")
+        throw FormatError(path + ": KV cache format_version " + field("format_version") + " is not supported (expected 2)");
+    if (metadataSeal(meta) != field("metadata_seal"))
+        throw FormatError(path + ": KV cache metadata (model_fingerprint, prompt_length, construction, ids or logits "
+                                 "fingerprint) was changed after the cache was written: it no longer matches metadata_seal");
     const torch::ScalarType dtype = parseDtype(field("dtype"));
     std::vector<int64_t> ids;
     try {
@@ -90,7 +111,12 @@ KvCache loadCache(const std::string& path, torch::Device device) {
         if (tensorFingerprint(logits) != field("next_logits_fingerprint"))
             throw FormatError(path + ": 'next_logits' do not match their recorded fingerprint (file corrupted?)");
         cache.setNextLogits(logits.to(device));
+    } else if (!field("next_logits_fingerprint").empty()) {
+        throw FormatError(path + ": tensor 'next_logits' is missing though the metadata records its fingerprint");
     }
+    if (idsFingerprint(ids) != field("ids_fingerprint"))
+        throw FormatError(path + ": metadata 'token_ids' do not match 'ids_fingerprint' (ids " + idsFingerprint(ids).substr(0, 12) +
+                          "..., recorded " + field("ids_fingerprint").substr(0, 12) + "...)");
     if (fingerprintCache(cache).overall != field("fingerprint"))
         throw FormatError(path + ": KV cache data does not match its recorded fingerprint (file corrupted?)");
     return cache;

@@ -8,6 +8,7 @@
 #include "core/util/file_names.h"
 #include "core/model/safetensors.h"
 #include "core/util/error.h"
+#include "support/expect_error.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -149,6 +150,34 @@ TEST(CacheIo, RefusesAnotherModelOrDtypeAndCorruptFiles) {
     }
     // A weights file is not a cache.
     EXPECT_THROW(loadCache(test::tinyModel("qwen2") + "/model.safetensors"), FormatError);
+}
+
+TEST(CacheIo, EditedMetadataIsRefused) {
+    test::TempDir dir;
+    Transformer bf16 = Transformer::load(test::tinyModel("qwen2"), torch::kBFloat16, torch::kCPU);
+    Transformer other = Transformer::load(test::tinyModel("qwen2-tied"), torch::kBFloat16, torch::kCPU);
+    saveCache(buildLiveCache(bf16, kPrompt, 3), dir.file("c.safetensors"));
+    const SafetensorsFile original(dir.file("c.safetensors"));
+    std::vector<std::pair<std::string, torch::Tensor>> tensors;
+    for (const auto& e : original.entries()) tensors.emplace_back(e.name, original.read(e.name));
+    auto rewrittenWith = [&](const std::string& key, const std::string& value, bool dropLogits = false) {
+        std::map<std::string, std::string> meta = original.metadata();
+        meta[key] = value;
+        std::vector<std::pair<std::string, torch::Tensor>> kept;
+        for (const auto& t : tensors)
+            if (!(dropLogits && t.first == "next_logits")) kept.push_back(t);
+        writeSafetensors(dir.file("edited.safetensors"), kept, meta);
+        return dir.file("edited.safetensors");
+    };
+    // Claiming another model's fingerprint would let `continue` run it on that model.
+    test::expectErrorContaining<FormatError>([&] { loadCacheFor(rewrittenWith("model_fingerprint", other.fingerprint()), other); },
+                                       {"edited.safetensors", "metadata_seal"});
+    for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+             {"prompt_length", "1"}, {"construction", "prefill"}, {"ids_fingerprint", std::string(64, '0')}})
+        test::expectErrorContaining<FormatError>([&] { loadCache(rewrittenWith(key, value)); }, {"metadata_seal"});
+    test::expectErrorContaining<FormatError>([&] { loadCache(rewrittenWith("construction", "live", /*dropLogits=*/true)); },
+                                       {"'next_logits' is missing"});
+    test::expectErrorContaining<FormatError>([&] { loadCache(rewrittenWith("format_version", "1")); }, {"format_version 1", "rebuild"});
 }
 
 TEST(CacheDiff, ACacheAgainstItselfIsZeroEverywhere) {

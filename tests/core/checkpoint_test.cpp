@@ -2,6 +2,7 @@
 #include "core/model/checkpoint.h"
 #include "core/model/transformer.h"
 #include "core/util/error.h"
+#include "support/expect_error.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -22,15 +23,7 @@ std::string copyOf(const std::string& variant, const test::TempDir& dir) {
 nlohmann::json readJson(const std::string& path) { return nlohmann::json::parse(test::readTextFile(path)); }
 void writeJson(const std::string& path, const nlohmann::json& j) { test::writeTextFile(path, j.dump(2)); }
 
-template <typename E>
-void expectErrorContaining(const std::function<void()>& f, std::vector<std::string> fragments) {
-    try {
-        f();
-        FAIL() << "expected an error";
-    } catch (const E& e) {
-        for (const auto& frag : fragments) EXPECT_NE(std::string(e.what()).find(frag), std::string::npos) << e.what();
-    }
-}
+using test::expectErrorContaining;
 
 TEST(ModelConfig, ReadsHuggingFaceFieldsAndDefaults) {
     nlohmann::json j = {{"architectures", {"Qwen2ForCausalLM"}}, {"hidden_size", 896}, {"num_hidden_layers", 24},
