@@ -36,6 +36,17 @@ std::string writeExperiment(const test::TempDir& dir, const std::string& protoco
     return shellQuote(path);
 }
 
+// `kvscope run EXPERIMENT --ledger DB --limit N` in a child process, for tests that interfere with it.
+pid_t startRun(const std::string& experiment, const std::string& db, const char* limit) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+        ::execl(KVSCOPE_CLI, KVSCOPE_CLI, "run", experiment.c_str(), "--ledger", db.c_str(), "--limit", limit,
+                static_cast<char*>(nullptr));
+        ::_exit(127);
+    }
+    return child;
+}
+
 nlohmann::json reportJson(const std::string& ledger) {
     auto r = runCli("report " + shellQuote(ledger) + " --format json");
     EXPECT_EQ(r.exitCode, 0) << r.err;
@@ -118,13 +129,8 @@ TEST(RunCli, KilledMidRunThenResumedLosesAndRepeatsNothing) {
     const std::string exp = writeExperiment(dir, "\"matched\", \"bridge\"");
     ASSERT_EQ(runCli("run " + exp + " --ledger " + shellQuote(dir.file("reference.db")) + " --limit 6").exitCode, 0);
 
-    const pid_t child = ::fork();
+    const pid_t child = startRun(dir.file("exp.toml"), db, "6");
     ASSERT_GE(child, 0);
-    if (child == 0) {
-        ::execl(KVSCOPE_CLI, KVSCOPE_CLI, "run", dir.file("exp.toml").c_str(), "--ledger", db.c_str(), "--limit", "6",
-                static_cast<char*>(nullptr));
-        ::_exit(127);
-    }
     // Kill it (SIGKILL: no chance to clean up) once two items are committed.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     std::size_t done = 0;
@@ -161,13 +167,8 @@ TEST(RunCli, ASecondWriterIsRefusedNamingTheHolderAndNothingIsComputedTwice) {
     test::TempDir dir;
     const std::string db = dir.file("r.db");
     const std::string exp = writeExperiment(dir, "\"matched\"");
-    const pid_t first = ::fork();
+    const pid_t first = startRun(dir.file("exp.toml"), db, "4");
     ASSERT_GE(first, 0);
-    if (first == 0) {
-        ::execl(KVSCOPE_CLI, KVSCOPE_CLI, "run", dir.file("exp.toml").c_str(), "--ledger", db.c_str(), "--limit", "4",
-                static_cast<char*>(nullptr));
-        ::_exit(127);
-    }
     // Wait until the first run holds the lock (its PID is in the lock file).
     const std::string expected = std::to_string(first);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);

@@ -25,6 +25,17 @@ void writeJson(const std::string& path, const nlohmann::json& j) { test::writeTe
 
 using test::expectErrorContaining;
 
+// Rewrites DIR/model.safetensors with `name` replaced by `replacement`.
+void replaceTensor(const std::string& modelDir, const std::string& name, const torch::Tensor& replacement) {
+    const std::string path = modelDir + "/model.safetensors";
+    std::vector<std::pair<std::string, torch::Tensor>> tensors;
+    {
+        SafetensorsFile f(path);
+        for (const auto& e : f.entries()) tensors.emplace_back(e.name, e.name == name ? replacement : f.read(e.name).clone());
+    }
+    writeSafetensors(path, tensors);
+}
+
 TEST(ModelConfig, ReadsHuggingFaceFieldsAndDefaults) {
     nlohmann::json j = {{"architectures", {"Qwen2ForCausalLM"}}, {"hidden_size", 896}, {"num_hidden_layers", 24},
                         {"num_attention_heads", 14}, {"num_key_value_heads", 2}, {"intermediate_size", 4864},
@@ -111,11 +122,7 @@ TEST(Checkpoint, MissingTensorIsNamedWithItsExpectedShape) {
 TEST(Checkpoint, WrongShapeIsNamed) {
     test::TempDir dir;
     const std::string m = copyOf("qwen2", dir);
-    SafetensorsFile f(m + "/model.safetensors");
-    std::vector<std::pair<std::string, torch::Tensor>> tensors;
-    for (const auto& e : f.entries())
-        tensors.emplace_back(e.name, e.name == "model.norm.weight" ? torch::ones({63}) : f.read(e.name));
-    writeSafetensors(m + "/model.safetensors", tensors);
+    replaceTensor(m, "model.norm.weight", torch::ones({63}));
     expectErrorContaining<TensorError>([&] { Transformer::load(m, torch::kFloat32, torch::kCPU); },
                                        {"'model.norm.weight'", "[63]", "expected [64]"});
 }
@@ -159,11 +166,7 @@ TEST(Checkpoint, ATensorTheIndexDoesNotListIsAnError) {
 TEST(Checkpoint, IntegerWeightsAreRefusedNotCastToFloat) {
     test::TempDir dir;
     const std::string m = copyOf("qwen2", dir);
-    SafetensorsFile f(m + "/model.safetensors");
-    std::vector<std::pair<std::string, torch::Tensor>> tensors;
-    for (const auto& e : f.entries())
-        tensors.emplace_back(e.name, e.name == "model.norm.weight" ? torch::ones({64}, torch::kInt32) : f.read(e.name));
-    writeSafetensors(m + "/model.safetensors", tensors);
+    replaceTensor(m, "model.norm.weight", torch::ones({64}, torch::kInt32));
     expectErrorContaining<TensorError>([&] { Transformer::load(m, torch::kFloat32, torch::kCPU); },
                                        {"'model.norm.weight'", "stored as I32", "expected a float type"});
 }
