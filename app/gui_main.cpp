@@ -1,9 +1,10 @@
-// kvscope-gui [LEDGER.db | MODEL_DIR] [--item ID] [--screenshot FILE.png] [--version]
+// kvscope-gui [LEDGER.db | MODEL_DIR] [--item ID] [--screenshot FILE.png [--transplant]] [--version]
 // With --screenshot the window opens the ledger, selects the item, waits until every view shows it,
 // saves a picture of the window and exits (0 on success); it works offscreen.
 #include "widgets/item_table_model.h"
 #include "widgets/ledger_page.h"
 #include "widgets/main_window.h"
+#include "widgets/transplant_panel.h"
 
 #include "core/util/threads.h"
 #include "core/util/version.h"
@@ -18,15 +19,20 @@ namespace {
 
 using kvscope::widgets::MainWindow;
 
-// Saves the window once the selected item's analysis is shown (or fails after a timeout).
-int takeScreenshot(QApplication& app, MainWindow& window, const QString& file) {
+// Saves the window once the selected item's analysis is shown - and with `transplant`, once the
+// transplant panel's default splice has run and its continuation is shown too (or fails after a timeout).
+int takeScreenshot(QApplication& app, MainWindow& window, const QString& file, bool transplant) {
     int status = 1;
     auto save = [&] {
         QApplication::processEvents();
         window.grab().save(file) ? status = 0 : std::fprintf(stderr, "kvscope-gui: cannot write %s\n", qPrintable(file));
         app.quit();
     };
-    QObject::connect(&window, &MainWindow::analysisShown, &app, [&] { QTimer::singleShot(200, &app, save); });
+    QObject::connect(&window, &MainWindow::analysisShown, &app, [&] {
+        if (transplant) window.transplantPanel()->run();
+        else QTimer::singleShot(200, &app, save);
+    });
+    QObject::connect(&window, &MainWindow::transplantShown, &app, [&] { QTimer::singleShot(200, &app, save); });
     QObject::connect(&window, &MainWindow::taskFailed, &app, [&](const QString& message) {
         std::fprintf(stderr, "kvscope-gui: %s\n", qPrintable(message));
         app.exit(1);
@@ -66,7 +72,9 @@ int main(int argc, char** argv) {
     const QCommandLineOption itemOption(QStringLiteral("item"), QStringLiteral("Select this item of the ledger"), QStringLiteral("ID"));
     const QCommandLineOption shotOption(QStringLiteral("screenshot"), QStringLiteral("Save the window to FILE.png and exit"),
                                         QStringLiteral("FILE.png"));
-    parser.addOptions({versionOption, itemOption, shotOption});
+    const QCommandLineOption transplantOption(QStringLiteral("transplant"),
+                                              QStringLiteral("With --screenshot: run the transplant panel's splice first"));
+    parser.addOptions({versionOption, itemOption, shotOption, transplantOption});
     parser.addPositionalArgument(QStringLiteral("path"), QStringLiteral("A ledger (.db) or a model folder"), QStringLiteral("[LEDGER.db | MODEL_DIR]"));
     parser.process(app);
 
@@ -105,6 +113,6 @@ int main(int argc, char** argv) {
     } else if (!parser.isSet(itemOption) && screenshot) {
         window.selectItem(defaultItem(*window.ledgerPage()->itemModel()));
     }
-    if (screenshot) return takeScreenshot(app, window, parser.value(shotOption));
+    if (screenshot) return takeScreenshot(app, window, parser.value(shotOption), parser.isSet(transplantOption));
     return app.exec();
 }

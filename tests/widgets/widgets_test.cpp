@@ -561,6 +561,16 @@ TEST(GuiCommandLine, ScreenshotOfTheMainWindowWithALedger) {
     EXPECT_GE(image.width(), 800);
     EXPECT_GE(image.height(), 600);
 
+    // --transplant: the picture waits for the panel's default splice and its verdict.
+    QProcess spliced;
+    spliced.setProcessEnvironment(env);
+    const QString splicedShot = QString::fromStdString(f.dir + "/spliced.png");
+    spliced.start(QStringLiteral(KVSCOPE_GUI), {QString::fromStdString(f.ledger), QStringLiteral("--screenshot"), splicedShot,
+                                                QStringLiteral("--transplant")});
+    ASSERT_TRUE(spliced.waitForFinished(180000));
+    EXPECT_EQ(spliced.exitCode(), 0) << spliced.readAllStandardError().toStdString();
+    EXPECT_FALSE(QImage(splicedShot).isNull());
+
     QProcess version;
     version.start(QStringLiteral(KVSCOPE_GUI), {QStringLiteral("--version")});
     ASSERT_TRUE(version.waitForFinished(60000));
