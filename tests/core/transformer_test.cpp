@@ -176,7 +176,9 @@ TEST(Threads, ConfigureThreadsBoundsEveryPoolIncludingOpenBlas) {
     for (const int n : {1, 2}) {
         configureThreads(n);
         EXPECT_EQ(at::get_num_threads(), n);
-        if (openblas) EXPECT_EQ(openblas(), n) << "OpenBLAS keeps its own pool; --threads must bound it too";
+        if (openblas) {
+            EXPECT_EQ(openblas(), n) << "OpenBLAS keeps its own pool; --threads must bound it too";
+        }
     }
     if (!openblas) GTEST_SKIP() << "this libtorch does not use OpenBLAS (libtorch's own pool was checked)";
 }
