@@ -77,7 +77,7 @@ void addBuild(CLI::App* cache) {
         Transformer model = loadModel(o->model);
         KvCache built;
         if (c.kind == Construction::Kind::Live) {
-            built = buildLiveCache(model, parseIdList(o->promptIds), o->generate);
+            built = buildLiveCache(model, parseIdList(o->promptIds, "--prompt-ids"), o->generate);
         } else {
             const KvCache source = loadCache(o->idsFrom);
             built = buildCache(model, source.ids(), c, source.promptLength());

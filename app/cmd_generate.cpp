@@ -22,7 +22,7 @@ struct GenerateOptions {
 };
 
 std::vector<int64_t> promptIdsFor(const GenerateOptions& o, const std::optional<Tokenizer>& tok) {
-    if (!o.promptIds.empty()) return parseIdList(o.promptIds);
+    if (!o.promptIds.empty()) return parseIdList(o.promptIds, "--prompt-ids");
     if (!tok) throw UsageError(o.model.model + "/tokenizer.json not found: use --prompt-ids instead of --prompt");
     const ChatTemplate t = parseChatTemplate(o.chatTemplate);
     if (t == ChatTemplate::Plain) return tok->encode(o.prompt, /*addSpecialTokens=*/true);

@@ -19,7 +19,7 @@ struct LogitsOptions {
 
 std::vector<int64_t> idsFor(const LogitsOptions& o) {
     if (o.ids.empty() == o.idsFrom.empty()) throw UsageError("give exactly one of --ids and --ids-from");
-    return o.ids.empty() ? loadCache(o.idsFrom).ids() : parseIdList(o.ids);
+    return o.ids.empty() ? loadCache(o.idsFrom).ids() : parseIdList(o.ids, "--ids");
 }
 
 void run(const LogitsOptions& o) {

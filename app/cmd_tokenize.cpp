@@ -107,7 +107,7 @@ void addTokenizeCommands(CLI::App& app) {
             });
             return;
         }
-        const std::string text = t.decode(parseIdList(o->ids), o->skipSpecial);
+        const std::string text = t.decode(parseIdList(o->ids, "--ids"), o->skipSpecial);
         if (o->json) std::cout << nlohmann::json{{"text", text}}.dump() << "\n";
         else std::cout << text << "\n";
     });

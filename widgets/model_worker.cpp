@@ -196,7 +196,7 @@ void ModelWorker::decodeSession(quint64 job, const QString& promptText, const QS
         const Transformer& m = state_->mainModel();
         SessionDecode d;
         d.job = job;
-        d.promptIds = ids.empty() ? state_->tokenizer->encode(text, true) : parseIdList(ids);
+        d.promptIds = ids.empty() ? state_->tokenizer->encode(text, true) : parseIdList(ids, "prompt ids");
         if (d.promptIds.empty()) throw UsageError("the prompt is empty: type text or paste ids");
         for (int64_t id : d.promptIds) d.prompt.push_back(state_->view(id));
         StopRules stops;

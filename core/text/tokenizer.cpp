@@ -348,19 +348,19 @@ std::string Tokenizer::idToToken(int64_t id) const {
 
 const std::vector<AddedToken>& Tokenizer::addedTokens() const { return impl_->added; }
 
-std::vector<int64_t> parseIdList(const std::string& text) {
+std::vector<int64_t> parseIdList(const std::string& text, const std::string& source) {
     std::vector<int64_t> ids;
     std::stringstream ss(text);
     std::string item;
     while (std::getline(ss, item, ',')) {
         item.erase(0, item.find_first_not_of(" \t\n"));
         item.erase(item.find_last_not_of(" \t\n") + 1);
-        if (item.empty()) throw UsageError("empty element in id list '" + text + "'");
+        if (item.empty()) throw UsageError(source + ": empty element in id list '" + text + "'");
         const auto id = parseNonNegativeInt(item);
-        if (!id) throw UsageError("'" + item + "' in id list is not a non-negative integer");
+        if (!id) throw UsageError(source + ": '" + item + "' in id list is not a non-negative integer");
         ids.push_back(*id);
     }
-    if (ids.empty()) throw UsageError("id list is empty");
+    if (ids.empty()) throw UsageError(source + ": id list is empty");
     return ids;
 }
 

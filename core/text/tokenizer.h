@@ -47,7 +47,8 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
-// Parses "1,2,3" (spaces allowed) into ids; throws UsageError naming the bad element.
-std::vector<int64_t> parseIdList(const std::string& text);
+// Parses "1,2,3" (spaces allowed) into ids; throws UsageError naming `source` (the flag or field the
+// text came from) and the bad element.
+std::vector<int64_t> parseIdList(const std::string& text, const std::string& source = "id list");
 
 }  // namespace kvscope
