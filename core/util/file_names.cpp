@@ -12,12 +12,6 @@ bool isPortable(unsigned char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
 }
 
-std::uint64_t hashOf(const std::string& text) {  // FNV-1a, then mixed
-    std::uint64_t h = 0xcbf29ce484222325ull;
-    for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
-    return splitmix64(h);
-}
-
 }  // namespace
 
 std::string fileNameComponent(const std::string& text) {
@@ -28,7 +22,7 @@ std::string fileNameComponent(const std::string& text) {
     if (name.empty() || name.front() == '.') name.insert(name.begin(), '_');  // no "", ".", ".." or hidden files
     if (name == text) return name;
     char suffix[24];
-    std::snprintf(suffix, sizeof suffix, "-%08llx", static_cast<unsigned long long>(hashOf(text) & 0xffffffffull));
+    std::snprintf(suffix, sizeof suffix, "-%08llx", static_cast<unsigned long long>(hashText(text) & 0xffffffffull));
     return name + suffix;
 }
 
