@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <set>
 
 namespace kvscope::train {
@@ -28,27 +29,16 @@ private:
     std::uint64_t state_;
 };
 
-std::uint64_t hashText(const std::string& text) {  // FNV-1a, then mixed
-    std::uint64_t h = 0xcbf29ce484222325ull;
-    for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
-    return mix(h);
-}
-
-std::string writePlain(const ArithProblem& p) {
-    std::string text;
-    for (std::size_t i = 0; i < p.steps.size(); ++i) text += "Step " + std::to_string(i + 1) + ": " + p.steps[i].plain() + "\n";
-    return text + "Answer: " + std::to_string(p.answer);
-}
-
-// Every step draws three fair coins: operand order (only + and * commute), spacing around the
-// operator and "=", and whether a restatement line follows. All outcomes are equally right.
-std::string writeVaried(const ArithProblem& p, Draws& draw) {
+// The worked solution. In the varied format every step draws three fair coins: operand order (only +
+// and * commute), spacing around the operator and "=", and whether a restatement line follows; all
+// outcomes are equally right. The plain format is the one where no coin ever comes up.
+std::string writeWorked(const ArithProblem& p, const std::function<bool()>& coin) {
     std::string text;
     for (std::size_t i = 0; i < p.steps.size(); ++i) {
         const ArithStep& s = p.steps[i];
-        const bool swap = s.op != '-' && draw.between(0, 1) == 1;
-        const bool spaced = draw.between(0, 1) == 1;
-        const bool restate = draw.between(0, 1) == 1;
+        const bool swap = s.op != '-' && coin();
+        const bool spaced = coin();
+        const bool restate = coin();
         const std::string left = std::to_string(swap ? s.operand : s.value);
         const std::string right = std::to_string(swap ? s.value : s.operand);
         const std::string gap = spaced ? " " : "";
@@ -120,7 +110,8 @@ ArithProblem ArithTask::problem(std::uint64_t seed, std::uint64_t index) const {
     p.answer = value;
     // The format's choices are drawn after the problem's own draws, so a plain problem is the same
     // whichever format is asked for.
-    p.worked = spec_.format == ArithFormat::Plain ? writePlain(p) : writeVaried(p, draw);
+    const bool varied = spec_.format == ArithFormat::Varied;
+    p.worked = writeWorked(p, [&] { return varied && draw.between(0, 1) == 1; });
     return p;
 }
 
