@@ -94,7 +94,7 @@ const CLI::Validator kPositive = numberAtLeast(0, false, "a number > 0");
 const CLI::Validator kNonNegative = numberAtLeast(0, true, "a number >= 0");
 
 void takeDtypeFromCache(ModelOptions& o, const std::string& cachePath) {
-    if (!o.dtypeGiven) o.dtype = dtypeName(loadCache(cachePath).dtype());
+    if (!o.dtypeGiven) o.dtype = dtypeName(savedCacheDtype(cachePath));
 }
 
 void addDecodeOptions(CLI::App* cmd, DecodeOptions& o) {

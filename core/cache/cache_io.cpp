@@ -30,6 +30,27 @@ std::string metadataSeal(const std::map<std::string, std::string>& meta) {
     return sha256Hex(text.data(), text.size());
 }
 
+using Metadata = std::map<std::string, std::string>;
+
+const std::string& metadataField(const Metadata& meta, const std::string& path, const char* key) {
+    const auto it = meta.find(key);
+    if (it == meta.end()) throw FormatError(path + ": not a kvscope KV cache (metadata '" + key + "' missing)");
+    return it->second;
+}
+
+// What every reader checks first: the format, its version, and that no sealed field was edited.
+void checkCacheMetadata(const Metadata& meta, const std::string& path) {
+    auto field = [&](const char* key) -> const std::string& { return metadataField(meta, path, key); };
+    if (field("format") != "kvscope-kv-cache") throw FormatError(path + ": not a kvscope KV cache (metadata 'format' is not kvscope-kv-cache)");
+    if (field("format_version") == "1")
+        throw FormatError(path + ": KV cache format_version 1 (kvscope 0.2) has no metadata seal; rebuild the cache with this kvscope");
+    if (field("format_version") != "2")
+        throw FormatError(path + ": KV cache format_version " + field("format_version") + " is not supported (expected 2)");
+    if (metadataSeal(meta) != field("metadata_seal"))
+        throw FormatError(path + ": KV cache metadata (model_fingerprint, prompt_length, construction, ids or logits "
+                                 "fingerprint) was changed after the cache was written: it no longer matches metadata_seal");
+}
+
 }  // namespace
 
 void saveCache(const KvCache& cache, const std::string& path) {
@@ -59,19 +80,8 @@ void saveCache(const KvCache& cache, const std::string& path) {
 KvCache loadCache(const std::string& path, torch::Device device) {
     SafetensorsFile file(path);
     const auto& meta = file.metadata();
-    auto field = [&](const char* key) -> const std::string& {
-        auto it = meta.find(key);
-        if (it == meta.end()) throw FormatError(path + ": not a kvscope KV cache (metadata '" + key + "' missing)");
-        return it->second;
-    };
-    if (field("format") != "kvscope-kv-cache") throw FormatError(path + ": not a kvscope KV cache (metadata 'format' is not kvscope-kv-cache)");
-    if (field("format_version") == "1")
-        throw FormatError(path + ": KV cache format_version 1 (kvscope 0.2) has no metadata seal; rebuild the cache with this kvscope");
-    if (field("format_version") != "2")
-        throw FormatError(path + ": KV cache format_version " + field("format_version") + " is not supported (expected 2)");
-    if (metadataSeal(meta) != field("metadata_seal"))
-        throw FormatError(path + ": KV cache metadata (model_fingerprint, prompt_length, construction, ids or logits "
-                                 "fingerprint) was changed after the cache was written: it no longer matches metadata_seal");
+    auto field = [&](const char* key) -> const std::string& { return metadataField(meta, path, key); };
+    checkCacheMetadata(meta, path);
     const torch::ScalarType dtype = parseDtype(field("dtype"));
     std::vector<int64_t> ids;
     try {
@@ -114,12 +124,15 @@ KvCache loadCache(const std::string& path, torch::Device device) {
     } else if (!field("next_logits_fingerprint").empty()) {
         throw FormatError(path + ": tensor 'next_logits' is missing though the metadata records its fingerprint");
     }
-    if (idsFingerprint(ids) != field("ids_fingerprint"))
-        throw FormatError(path + ": metadata 'token_ids' do not match 'ids_fingerprint' (ids " + idsFingerprint(ids).substr(0, 12) +
-                          "..., recorded " + field("ids_fingerprint").substr(0, 12) + "...)");
     if (fingerprintCache(cache).overall != field("fingerprint"))
         throw FormatError(path + ": KV cache data does not match its recorded fingerprint (file corrupted?)");
     return cache;
+}
+
+torch::ScalarType savedCacheDtype(const std::string& path) {
+    const SafetensorsFile file(path);  // the header only: no tensor is read or hashed
+    checkCacheMetadata(file.metadata(), path);
+    return parseDtype(metadataField(file.metadata(), path, "dtype"));
 }
 
 KvCache loadCacheFor(const std::string& path, const Transformer& model) {

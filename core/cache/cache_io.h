@@ -1,9 +1,11 @@
 #pragma once
 // KV caches on disk as .safetensors: tensors "layers.L.keys" and "layers.L.values", each
 // [kv_heads, tokens, head_dim] in the cache dtype, plus "next_logits" [vocab] fp32 when known.
-// Metadata (strings): format "kvscope-kv-cache", format_version "1", kvscope_version, dtype,
+// Metadata (strings): format "kvscope-kv-cache", format_version "2", kvscope_version, dtype,
 // construction, prompt_length, token_ids (JSON list), ids_fingerprint, model_fingerprint,
-// fingerprint (the cache's overall fingerprint, re-checked on load).
+// fingerprint (the cache's overall fingerprint over K, V, dtype and ids, re-checked on load),
+// next_logits_fingerprint, and metadata_seal (a hash over every field that decides how the cache may
+// be used, so none of them can be edited unnoticed).
 #include "core/cache/kv_cache.h"
 
 #include <string>
@@ -18,5 +20,7 @@ void saveCache(const KvCache& cache, const std::string& path);  // atomic; bit-e
 KvCache loadCache(const std::string& path, torch::Device device = torch::kCPU);
 // Same, and refuses a cache that `model` did not build (fingerprint, shape or dtype differ).
 KvCache loadCacheFor(const std::string& path, const Transformer& model);
+// The dtype a cache file was built in, from its checked metadata alone (no tensor is read).
+torch::ScalarType savedCacheDtype(const std::string& path);
 
 }  // namespace kvscope
