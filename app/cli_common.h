@@ -27,9 +27,9 @@ struct ModelOptions {
 
 void addModelOptions(CLI::App* cmd, ModelOptions& options);
 
-// Number checks whose refusal says what was expected ("expected a whole number >= 1"); CLI11's own
+// Number checks whose refusal says what was expected ("value 0: expected a number > 0"); CLI11's own
 // PositiveNumber printed its range as "0.000000 to 1.79e308" in 309 digits.
-extern const CLI::Validator kPositive;     // >= 1 (or > 0 for a real number)
+extern const CLI::Validator kPositive;     // > 0
 extern const CLI::Validator kNonNegative;  // >= 0
 // Commands that work on a saved cache compute in the dtype that built it unless --dtype says otherwise:
 // a bf16 cache continued in fp32 only fails the fingerprint check.
