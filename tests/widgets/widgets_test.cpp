@@ -1,7 +1,7 @@
-// The desktop application under QT_QPA_PLATFORM=offscreen: every item model passes
-// QAbstractItemModelTester; the views show what a ledger made by the experiment engine says
-// (divergence index, heatmap size and cell values, transplant verdict); the event loop keeps turning
-// while the worker decodes; bad input becomes a message; the window can be saved as a picture.
+// The desktop application under QT_QPA_PLATFORM=offscreen: the views show what a ledger made by the
+// experiment engine says (divergence index, heatmap size and cell values, transplant verdict); the
+// event loop keeps turning while the worker decodes; bad input becomes a message; the window can be
+// saved as a picture. The ledger page's models and summary are in ledger_views_test.cpp.
 // libtorch's headers come before any Qt header: Qt's `slots` / `signals` keyword macros would
 // otherwise rewrite identifiers inside them (c10::ivalue::Object::slots()).
 #include "experiments/runner.h"
@@ -11,6 +11,7 @@
 #include "core/model/transformer.h"
 
 #include "support/test_support.h"
+#include "widgets_fixture.h"
 
 #include "widgets/decode_compare_view.h"
 #include "widgets/diff_color_map.h"
@@ -49,171 +50,6 @@
 
 namespace kvscope::widgets {
 namespace {
-
-// Waits (turning the event loop) until `done` or the timeout; returns done().
-template <typename F>
-bool waitFor(F done, int timeoutMs = 120000) {
-    QElapsedTimer t;
-    t.start();
-    while (!done() && t.elapsed() < timeoutMs) QCoreApplication::processEvents(QEventLoop::AllEvents, 20);
-    return done();
-}
-
-// A ledger made by the real experiment engine: the 12 arithmetic items on the smoke test's generated
-// 4-layer model in bf16, cut halfway through 64-token traces. Some items must diverge for the views
-// to have something to show; the fixture test says so if none does.
-struct LedgerFixture {
-    std::string dir, ledger, experiment, model;
-    std::vector<experiments::ItemRecord> items;
-};
-
-const LedgerFixture& ledgerFixture() {
-    static LedgerFixture f = [] {
-        static test::TempDir tmp;
-        LedgerFixture x;
-        x.dir = tmp.path();
-        x.ledger = tmp.file("tiny.db");
-        x.experiment = tmp.file("tiny.toml");
-        test::writeTextFile(x.experiment,
-                            "name = \"tiny\"\n[model]\ndir = \"model\"\n"
-                            "[model.generate]\narch = \"qwen2\"\nseed = 3\nhidden_size = 128\nlayers = 4\nheads = 4\n"
-                            "kv_heads = 2\nintermediate_size = 256\n[dataset]\npath = \"" +
-                                test::testDataDir() + "/../../experiments/data/arith12.jsonl\"\n"
-                                "[generation]\nmax_new_tokens = 64\nignore_eos = true\n[boundary]\nrule = \"fraction\"\n"
-                                "fraction = 0.5\n[protocols]\nrun = [\"matched\", \"bridge\", \"transplant\", \"localize\"]\n");
-        const auto config = experiments::ExperimentConfig::load(x.experiment);
-        config.generateModelIfMissing();
-        x.model = config.modelDir;
-        experiments::RunOptions options;
-        options.ledgerPath = x.ledger;
-        options.threads = 1;
-        std::atomic<bool> stop{false};
-        experiments::runExperiment(config, options, [](const experiments::RunProgress&) {}, stop);
-        const experiments::Ledger ledger(x.ledger);
-        x.items = ledger.items(ledger.runs().front().runId);
-        return x;
-    }();
-    return f;
-}
-
-TEST(ItemModels, PassTheModelTester) {
-    ItemTableModel items;
-    ItemFilterProxy proxy;
-    proxy.setSourceModel(&items);
-    QAbstractItemModelTester t1(&items, QAbstractItemModelTester::FailureReportingMode::Fatal);
-    QAbstractItemModelTester t2(&proxy, QAbstractItemModelTester::FailureReportingMode::Fatal);
-    items.setItems(ledgerFixture().items);
-    ASSERT_EQ(items.rowCount(), 12);
-    proxy.sort(ItemTableModel::FirstDivergenceColumn, Qt::DescendingOrder);
-    proxy.setDivergentOnly(true);
-    int divergent = 0;
-    for (const auto& r : ledgerFixture().items) divergent += item_results::divergent(r);
-    ASSERT_GT(divergent, 0) << "the fixture ledger has no divergent item: the views would have nothing to show";
-    EXPECT_EQ(proxy.rowCount(), divergent);
-    EXPECT_EQ(proxy.index(0, ItemTableModel::SuffixesEqualColumn).data().toString(), QStringLiteral("no"));
-    proxy.setDivergentOnly(false);
-    proxy.setProtocol(QStringLiteral("transplant"));
-    EXPECT_EQ(proxy.rowCount(), divergent) << "transplant runs on divergent items";
-    proxy.setProtocol(QStringLiteral("no-such-protocol"));
-    EXPECT_EQ(proxy.rowCount(), 0);
-    proxy.setProtocol({});
-    proxy.setFlippedOnly(true);
-    EXPECT_LE(proxy.rowCount(), 4);
-    items.setItems({});
-
-    RunTableModel runs;
-    QAbstractItemModelTester t3(&runs, QAbstractItemModelTester::FailureReportingMode::Fatal);
-    runs.setRuns(experiments::Ledger(ledgerFixture().ledger).runs());
-    EXPECT_EQ(runs.index(0, RunTableModel::NameColumn).data().toString(), QStringLiteral("tiny"));
-    EXPECT_EQ(runs.index(0, RunTableModel::ItemsColumn).data().toInt(), 12);
-
-    LayerSelectionModel layers;
-    QAbstractItemModelTester t4(&layers, QAbstractItemModelTester::FailureReportingMode::Fatal);
-    layers.setLayerCount(6);
-    layers.selectSecondHalf();
-    EXPECT_EQ(layers.layersWithKeys(), (std::vector<int64_t>{3, 4, 5}));
-    EXPECT_TRUE(layers.setData(layers.index(0, LayerSelectionModel::ValuesColumn), Qt::Checked, Qt::CheckStateRole));
-    EXPECT_EQ(layers.layersWithValues(), (std::vector<int64_t>{0, 3, 4, 5}));
-    layers.selectNone();
-    EXPECT_TRUE(layers.layersWithKeys().empty());
-}
-
-TEST(LedgerSummary, StripAndHistogramsCountTheRunAndABarClickFiltersTheTable) {
-    const LedgerFixture& f = ledgerFixture();
-    LedgerPage page;
-    page.resize(1200, 900);
-    page.show();
-    page.openLedger(QString::fromStdString(f.ledger));
-    LedgerSummaryView* summary = page.summaryView();
-    int divergent = 0, withMargin = 0;
-    for (const auto& r : f.items) {
-        divergent += item_results::divergent(r);
-        withMargin += item_results::measureOf(r, ItemMeasure::MarginAtDivergence).has_value();
-    }
-    ASSERT_GT(divergent, 0);
-    EXPECT_NE(summary->summaryText().indexOf(QStringLiteral("suffixes differ %1 ").arg(divergent)), -1)
-        << summary->summaryText().toStdString();
-    EXPECT_NE(summary->summaryText().indexOf(QStringLiteral("CI [")), -1) << "the paired CI of the accuracy difference";
-    auto total = [](const std::vector<HistogramBar>& bars) {
-        int n = 0;
-        for (const auto& b : bars) n += b.count;
-        return n;
-    };
-    EXPECT_EQ(total(summary->bars(ItemMeasure::FirstDivergence)), divergent);
-    EXPECT_EQ(total(summary->bars(ItemMeasure::MarginAtDivergence)), withMargin);
-
-    // Click the tallest first-divergence bar with the mouse: the table lists exactly its items.
-    const auto& bars = summary->bars(ItemMeasure::FirstDivergence);
-    const auto tallest = std::max_element(bars.begin(), bars.end(), [](auto& a, auto& b) { return a.count < b.count; });
-    QCustomPlot* plot = summary->plot(ItemMeasure::FirstDivergence);
-    plot->replot();
-    const QPoint onBar(static_cast<int>(plot->xAxis->coordToPixel((tallest->lower + tallest->upper) / 2)),
-                       static_cast<int>(plot->yAxis->coordToPixel(tallest->count / 2.0)));
-    QTest::mouseClick(plot, Qt::LeftButton, Qt::NoModifier, onBar);
-    ASSERT_TRUE(page.itemProxy()->range().active) << "the click reached the bar";
-    EXPECT_EQ(page.itemProxy()->rowCount(), tallest->count);
-    for (int row = 0; row < page.itemProxy()->rowCount(); ++row) {
-        const int step = page.itemProxy()->index(row, ItemTableModel::FirstDivergenceColumn).data().toInt();
-        EXPECT_GE(step, tallest->lower);
-        EXPECT_LT(step, tallest->upper);
-    }
-    QTest::mouseClick(plot, Qt::LeftButton, Qt::NoModifier, onBar);
-    EXPECT_FALSE(page.itemProxy()->range().active) << "a second click clears the filter";
-    EXPECT_EQ(page.itemProxy()->rowCount(), 12);
-
-    // Empty state: a run where nothing diverged has no bars and says so.
-    std::vector<experiments::ItemRecord> equal;
-    for (const auto& r : f.items)
-        if (!item_results::divergent(r)) equal.push_back(r);
-    LedgerSummaryView empty;
-    empty.setItems(equal, experiments::Ledger(f.ledger).runs().front());
-    EXPECT_TRUE(empty.bars(ItemMeasure::FirstDivergence).empty());
-    EXPECT_TRUE(empty.plot(ItemMeasure::MarginAtDivergence)->item(0)->visible());
-    EXPECT_NE(empty.summaryText().indexOf(QStringLiteral("suffixes differ 0 ")), -1) << empty.summaryText().toStdString();
-}
-
-TEST(LedgerSummary, HistogramBinsHoldEveryValueOnce) {
-    std::vector<experiments::ItemRecord> items;
-    for (const double margin : {0.0, 0.01, 0.5, 0.5, 2.0}) {
-        experiments::ItemRecord r;
-        r.results = {{"matched", {{"suffix_equal", false}, {"first_divergence", static_cast<int>(margin * 30)},
-                                  {"at_divergence", {{"live", {{"margin", margin}}}}}}}};
-        items.push_back(r);
-    }
-    const auto steps = histogramOf(items, ItemMeasure::FirstDivergence, 24);  // steps 0, 0, 15, 15, 60
-    ASSERT_EQ(steps.size(), 21u) << "width 3: 61 steps in at most 24 bars";
-    EXPECT_EQ(steps.front().count, 2);
-    EXPECT_EQ(steps[5].count, 2);
-    EXPECT_EQ(steps.back().count, 1);
-    const auto margins = histogramOf(items, ItemMeasure::MarginAtDivergence, 4);
-    ASSERT_EQ(margins.size(), 4u);
-    EXPECT_EQ(margins[0].count, 2);
-    EXPECT_EQ(margins[1].count, 2);
-    EXPECT_EQ(margins[3].count, 1) << "the largest value falls in the last bar";
-    ItemRange r{true, ItemMeasure::MarginAtDivergence, margins[3].lower, margins[3].upper};
-    EXPECT_TRUE(r.contains(items[4]));
-    EXPECT_FALSE(r.contains(items[2]));
-}
 
 CacheDiff syntheticDiff() {
     CacheDiff d;

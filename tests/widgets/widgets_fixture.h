@@ -1,0 +1,33 @@
+#pragma once
+// Shared by the widget test files: an event-loop wait and a ledger made by the real experiment engine.
+// libtorch's headers come before any Qt header (Qt's `slots` macro would rewrite identifiers in them).
+#include "experiments/ledger.h"
+
+#include <QCoreApplication>
+#include <QElapsedTimer>
+
+#include <string>
+#include <vector>
+
+namespace kvscope::widgets {
+
+// Waits (turning the event loop) until `done` or the timeout; returns done().
+template <typename F>
+bool waitFor(F done, int timeoutMs = 120000) {
+    QElapsedTimer t;
+    t.start();
+    while (!done() && t.elapsed() < timeoutMs) QCoreApplication::processEvents(QEventLoop::AllEvents, 20);
+    return done();
+}
+
+// A ledger made by the real experiment engine: the 12 arithmetic items on the smoke test's generated
+// 4-layer model in bf16, cut halfway through 64-token traces. Some items must diverge for the views
+// to have something to show; the fixture test says so if none does.
+struct LedgerFixture {
+    std::string dir, ledger, experiment, model;
+    std::vector<experiments::ItemRecord> items;
+};
+
+const LedgerFixture& ledgerFixture();  // made once per process
+
+}  // namespace kvscope::widgets
