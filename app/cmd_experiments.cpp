@@ -13,7 +13,6 @@
 #include "experiments/runner.h"
 
 #include "core/util/error.h"
-#include "core/util/parse.h"
 
 
 #include <cstdio>
@@ -25,15 +24,6 @@ namespace kvscope::cli {
 namespace {
 
 using namespace kvscope::experiments;
-
-std::pair<int, int> parseShard(const std::string& text) {
-    const auto slash = text.find('/');
-    if (slash != std::string::npos) {
-        const auto index = parseNonNegativeInt(text.substr(0, slash)), count = parseNonNegativeInt(text.substr(slash + 1));
-        if (index && count && *index < *count && *count <= 1'000'000) return {static_cast<int>(*index), static_cast<int>(*count)};
-    }
-    throw UsageError("--shard must be I/N, e.g. 0/4 (got '" + text + "')");
-}
 
 std::string chooseRun(const Ledger& ledger, const std::string& requested) {
     if (!requested.empty()) return ledger.run(requested).runId;

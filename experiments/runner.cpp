@@ -8,6 +8,7 @@
 #include "core/model/transformer.h"
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
+#include "core/util/parse.h"
 #include "core/util/threads.h"
 
 #include <chrono>
@@ -63,6 +64,15 @@ std::vector<std::size_t> selectItems(const std::vector<DatasetItem>& items, cons
 }
 
 }  // namespace
+
+std::pair<int, int> parseShard(const std::string& text) {
+    const auto slash = text.find('/');
+    if (slash != std::string::npos) {
+        const auto index = parseNonNegativeInt(text.substr(0, slash)), count = parseNonNegativeInt(text.substr(slash + 1));
+        if (index && count && *index < *count && *count <= 1'000'000) return {static_cast<int>(*index), static_cast<int>(*count)};
+    }
+    throw UsageError("--shard must be I/N, e.g. 0/4 (got '" + text + "')");
+}
 
 RunSummary runExperiment(const ExperimentConfig& config, const RunOptions& o,
                          const std::function<void(const RunProgress&)>& onProgress, const std::atomic<bool>& stopRequested) {

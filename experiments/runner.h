@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kvscope::experiments {
@@ -39,6 +40,9 @@ struct RunSummary {
     bool interrupted = false;
     double seconds = 0;
 };
+
+// "I/N" (0 <= I < N <= 1,000,000) -> {I, N}; UsageError naming --shard otherwise.
+std::pair<int, int> parseShard(const std::string& text);
 
 RunSummary runExperiment(const ExperimentConfig& config, const RunOptions& options,
                          const std::function<void(const RunProgress&)>& onProgress, const std::atomic<bool>& stopRequested);

@@ -2,6 +2,7 @@
 # Installs exactly the Debian packages kvscope needs (once; idempotent), then configures and builds.
 #   scripts/setup.sh [preset]      preset: dev (default; Debian's libtorch), torch-pip (PyTorch's
 #                                  libtorch from .venv, which this creates), release or asan
+#   scripts/setup.sh --packages-only   only the Debian packages (scripts/fuzz.sh builds its own preset)
 # torch-pip first creates .venv (Python 3.11 where there is one: the torch wheel on this kind of
 # machine is for 3.11) with the pinned torch, transformers, tokenizers and safetensors of
 # scripts/requirements-torch.txt; it is rebuilt only when that file changes.
@@ -32,6 +33,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+
+[ "$preset" = --packages-only ] && exit 0
 
 python_env() {
   local venv="$root/.venv" requirements="$root/scripts/requirements-torch.txt"

@@ -67,7 +67,7 @@ Weights initialWeights(const ModelConfig& c, std::uint64_t seed) {
     const double residualStd = 0.02 / std::sqrt(2.0 * static_cast<double>(c.numLayers));
     for (auto& [name, slot] : hfWeightSlots(c, w)) {
         const std::vector<int64_t>& shape = shapes.at(name);
-        auto endsWith = [&](const std::string& suffix) {
+        auto endsWith = [&name = name](const std::string& suffix) {  // C++17 lambdas cannot capture a binding itself
             return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
         };
         if (endsWith("norm.weight")) *slot = torch::ones(shape);

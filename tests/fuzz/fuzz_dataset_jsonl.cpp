@@ -1,0 +1,17 @@
+// A dataset (JSONL) through loadDataset, then answer extraction and matching on what it held.
+#include "fuzz_support.h"
+
+#include "experiments/dataset.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    const std::string path = kvscope::fuzz::writeScratchFile("dataset.jsonl", data, size);
+    kvscope::fuzz::refuseOnlyWithKvscopeErrors([&] {
+        for (const auto& item : kvscope::experiments::loadDataset(path)) {
+            for (const char* method : {"last_number", "boxed"}) {
+                if (const auto answer = kvscope::experiments::extractAnswer(item.prompt, method))
+                    kvscope::experiments::answersMatch(*answer, item.answer);
+            }
+        }
+    });
+    return 0;
+}
