@@ -1,5 +1,6 @@
 // kvscope tokenize / detokenize: only the tokenizer files of DIR are read.
 #include "cli_common.h"
+#include "core/util/json_ids.h"
 
 #include "core/util/error.h"
 
@@ -103,7 +104,7 @@ void addTokenizeCommands(CLI::App& app) {
         Tokenizer t = Tokenizer::fromModelDir(o->model);
         if (idLists->count()) {
             forEachJsonLine(o->jsonl, [&](const nlohmann::json& line) {
-                return nlohmann::json{{"text", t.decode(line.get<std::vector<int64_t>>(), o->skipSpecial)}};
+                return nlohmann::json{{"text", t.decode(tokenIdsFromJson(line, o->jsonl), o->skipSpecial)}};
             });
             return;
         }

@@ -1,4 +1,5 @@
 #include "experiments/dataset.h"
+#include "core/util/json_ids.h"
 
 #include "core/util/error.h"
 
@@ -32,7 +33,7 @@ std::vector<DatasetItem> loadDataset(const std::string& path) {
             if (j.contains("prompt")) item.prompt = j["prompt"].get<std::string>();
             if (j.contains("messages"))
                 for (const auto& m : j["messages"]) item.messages.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
-            if (j.contains("prefix_ids")) item.prefixIds = j["prefix_ids"].get<std::vector<int64_t>>();
+            if (j.contains("prefix_ids")) item.prefixIds = tokenIdsFromJson(j["prefix_ids"], where + ": field 'prefix_ids'");
             if (!j.contains("answer")) throw FormatError(where + ": field 'answer' is missing");
             item.answer = j["answer"].is_string() ? j["answer"].get<std::string>() : j["answer"].dump();
         } catch (const nlohmann::json::exception& e) {

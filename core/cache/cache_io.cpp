@@ -1,4 +1,5 @@
 #include "core/cache/cache_io.h"
+#include "core/util/json_ids.h"
 
 #include "core/cache/constructions.h"
 #include "core/cache/fingerprint.h"
@@ -85,7 +86,7 @@ KvCache loadCache(const std::string& path, torch::Device device) {
     const torch::ScalarType dtype = parseDtype(field("dtype"));
     std::vector<int64_t> ids;
     try {
-        ids = nlohmann::json::parse(field("token_ids")).get<std::vector<int64_t>>();
+        ids = tokenIdsFromJson(nlohmann::json::parse(field("token_ids")), path + ": metadata 'token_ids'");
     } catch (const nlohmann::json::exception&) {
         throw FormatError(path + ": metadata 'token_ids' is not a JSON list of integers");
     }

@@ -1,4 +1,5 @@
 #include "core/text/tokenizer.h"
+#include "core/util/json_ids.h"
 
 #include "core/text/byte_level.h"
 #include "core/text/bpe.h"
@@ -152,7 +153,7 @@ void parsePostProcessor(const json& j, const std::string& source, PostProcessor&
             const json& specials = j.at("special_tokens");
             if (!specials.contains(name)) throw FormatError(source + ": TemplateProcessing names special token '" + name + "' not in special_tokens");
             auto& target = seenSequence ? out.suffix : out.prefix;
-            for (const auto& id : specials[name].at("ids")) target.push_back(id.get<int64_t>());
+            for (const auto& id : specials[name].at("ids")) target.push_back(tokenIdFromJson(id, source + ": special_tokens '" + name + "' ids"));
         }
     } else {
         throw FormatError(source + ": post_processor type '" + type + "' is not supported (supported: ByteLevel, TemplateProcessing, Sequence)");
@@ -271,8 +272,8 @@ Tokenizer Tokenizer::fromJson(const std::string& text, const std::string& source
         checkDecoder(j.value("decoder", json()), source);
         for (const auto& a : j.value("added_tokens", json::array())) {
             AddedToken t;
-            t.id = a.at("id").get<int64_t>();
             t.content = a.at("content").get<std::string>();
+            t.id = tokenIdFromJson(a.at("id"), source + ": added token '" + t.content + "' id");
             t.special = a.value("special", false);
             t.normalized = a.value("normalized", !t.special);
             t.lstrip = a.value("lstrip", false);
@@ -286,10 +287,7 @@ Tokenizer Tokenizer::fromJson(const std::string& text, const std::string& source
         throw FormatError(source + ": unexpected structure (" + e.what() + ")");
     }
     impl->idToToken = impl->bpe->idToToken();
-    for (const auto& t : impl->added) {
-        if (t.id < 0 || t.id >= limits::kMaxVocabulary)
-            throw FormatError(source + ": added token '" + t.content + "' has id " + std::to_string(t.id) +
-                              " (expected 0 to " + std::to_string(limits::kMaxVocabulary - 1) + ")");
+    for (const auto& t : impl->added) {  // ids below limits::kMaxVocabulary (tokenIdFromJson)
         if (static_cast<std::size_t>(t.id) >= impl->idToToken.size()) impl->idToToken.resize(t.id + 1);
         impl->idToToken[t.id] = t.content;
     }

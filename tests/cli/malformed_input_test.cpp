@@ -253,6 +253,11 @@ std::vector<MalformedCase> cases() {
                                                        "{\"id\": \"a\", \"prompt\": \"y\", \"answer\": \"2\"}\n"),
          {"data.jsonl", "'a'"}},
         {"DatasetEmpty", experimentWith("", "", ""), {"data.jsonl"}},
+        // found by fuzz_dataset_jsonl: a float past int64 was cast with undefined behaviour, 1.5 became 1
+        {"DatasetPrefixIdsHugeNumber", experimentWith("", "", "{\"id\": \"a\", \"prefix_ids\": [1, 3e19], \"answer\": \"2\"}\n"),
+         {"data.jsonl:1", "prefix_ids", "token id"}},
+        {"DatasetPrefixIdsFraction", experimentWith("", "", "{\"id\": \"a\", \"prefix_ids\": [1.5], \"answer\": \"2\"}\n"),
+         {"data.jsonl:1", "prefix_ids", "1.5"}},
         // command-line ids, ranges and numbers
         {"IdsNotNumbers", command("generate --model {model} --prompt-ids 1,x"), {"--prompt-ids", "'x'"}},
         {"IdsOutsideVocabulary", command("generate --model {model} --prompt-ids 999999"), {"999999", "vocabulary"}},

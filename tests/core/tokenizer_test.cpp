@@ -129,7 +129,7 @@ TEST(Tokenizer, UnsupportedComponentsAreRefusedByName) {
     expectRefused(j, "model.vocab['zz'] must be an integer id from 0 to");
     j = testTokenizerJson();
     j["added_tokens"][0]["id"] = int64_t{1} << 40;
-    expectRefused(j, "has id 1099511627776");
+    expectRefused(j, "added token '<|endoftext|>' id: expected a token id (an integer from 0 to 8388607), got 1099511627776");
     expectRefused(nlohmann::json::array(), "expected an object");
     EXPECT_THROW(Tokenizer::fromJson("{not json", "tok.json"), FormatError);
 }
