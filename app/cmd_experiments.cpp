@@ -146,10 +146,7 @@ void addLedgerMerge(CLI::App& app) {
     merge->add_option("out", o->out, "Ledger to merge into (created if needed)")->required();
     merge->add_option("inputs", o->inputs, "Shard ledgers")->required()->check(CLI::ExistingFile);
     merge->callback([o] {
-        const LedgerWriteLock lock(o->out);
-        Ledger out(o->out);
-        for (const auto& in : o->inputs) out.mergeFrom(Ledger(in, LedgerAccess::ReadOnly));
-        for (const auto& r : out.runs()) std::cout << "run " << r.runId << ": " << r.itemsDone << " items\n";
+        for (const auto& r : mergeLedgers(o->out, o->inputs)) std::cout << "run " << r.runId << ": " << r.itemsDone << " items\n";
     });
 }
 

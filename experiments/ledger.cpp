@@ -1,6 +1,8 @@
 #include "experiments/ledger.h"
 
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
+#include "core/util/fault_injection.h"
 
 #include <fcntl.h>
 #include <sqlite3.h>
@@ -12,7 +14,9 @@
 #include <cstring>
 
 #include <chrono>
+#include <cstdio>
 #include <ctime>
+#include <filesystem>
 
 namespace kvscope::experiments {
 namespace {
@@ -111,6 +115,7 @@ Ledger::Ledger(const std::string& path, LedgerAccess access) : path_(path) {
 
 void Ledger::openDatabase(LedgerAccess access) {
     const int flags = access == LedgerAccess::Write ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE : SQLITE_OPEN_READONLY;
+    fault::installSqliteHook();
     if (sqlite3_open_v2(path_.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
         const std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
         closeAndThrow(path_ + ": cannot open ledger (" + msg + ")");
@@ -234,6 +239,10 @@ void Ledger::overwriteTrajectory(const std::string& runId, const std::string& it
         .bindIds(1, ids).bind(2, runId).bind(3, itemId).bind(4, name).step();
 }
 
+void Ledger::snapshotTo(const std::string& path) const {
+    Statement(db_, "VACUUM INTO ?", path_).bind(1, path).step();
+}
+
 void Ledger::mergeFrom(const Ledger& other) {
     for (const RunInfo& r : other.runs()) {
         if (!hasRun(r.runId)) createRun(r.runId, r.manifest);
@@ -267,6 +276,7 @@ std::string lockHolder(int fd) {
 LedgerWriteLock::LedgerWriteLock(const std::string& ledgerPath) {
     const std::string path = ledgerPath + ".lock";
     while (true) {
+        fault::point("open of the ledger's lock file");
         fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
         if (fd_ < 0) throw FormatError(path + ": cannot open the ledger's lock file (" + std::strerror(errno) + ")");
         if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
@@ -283,12 +293,44 @@ LedgerWriteLock::LedgerWriteLock(const std::string& ledgerPath) {
     }
     // Best effort: without the PID the lock still holds, and a refused writer says "another process".
     const std::string pid = std::to_string(::getpid()) + "\n";
+    fault::point("write of the ledger's lock file");
     [[maybe_unused]] const bool recorded =
         ::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, pid.data(), pid.size(), 0) == static_cast<ssize_t>(pid.size());
 }
 
 LedgerWriteLock::~LedgerWriteLock() {
     if (fd_ >= 0) ::close(fd_);  // releases the lock; the next holder rewrites the PID
+}
+
+std::vector<RunInfo> mergeLedgers(const std::string& outPath, const std::vector<std::string>& inputs) {
+    namespace fs = std::filesystem;
+    const LedgerWriteLock lock(outPath);
+    // The merge happens in OUT.partial, a snapshot of OUT (VACUUM INTO reads through OUT's WAL), and
+    // replaces OUT only when complete: a merge that fails on a conflicting item or is killed leaves
+    // OUT as it was, and its OUT.partial is discarded by the next merge.
+    const std::string partial = outPath + ".partial";
+    std::error_code ignored;
+    // SQLite would replay a stale OUT.partial-wal onto the new OUT.partial: all of it goes.
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(partial + suffix, ignored);
+    if (fs::exists(outPath)) {
+        Ledger(outPath, LedgerAccess::ReadOnly);  // refuses a file that is not a ledger before writing to it
+        // A writer's connection: closing it checkpoints OUT's WAL and deletes OUT-wal, which would
+        // otherwise be replayed onto the file renamed over OUT.
+        Ledger(outPath).snapshotTo(partial);
+    }
+    std::vector<RunInfo> runs;
+    try {
+        Ledger merged(partial);
+        for (const auto& input : inputs) merged.mergeFrom(Ledger(input, LedgerAccess::ReadOnly));
+        runs = merged.runs();
+    } catch (...) {
+        fs::remove(partial, ignored);
+        throw;
+    }
+    fault::point("rename of a merged ledger into place");
+    if (std::rename(partial.c_str(), outPath.c_str()) != 0) throw FormatError(outPath + ": cannot move the merged ledger into place");
+    syncParentFolder(outPath);
+    return runs;
 }
 
 }  // namespace kvscope::experiments

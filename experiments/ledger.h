@@ -64,6 +64,8 @@ public:
 
     // Copies every run and item of `other` into this ledger; the same item twice must be identical.
     void mergeFrom(const Ledger& other);
+    // A consistent copy of the whole database in a new file at `path` (SQLite's VACUUM INTO).
+    void snapshotTo(const std::string& path) const;
 
 private:
     void exec(const std::string& sql) const;
@@ -88,5 +90,9 @@ public:
 private:
     int fd_ = -1;
 };
+
+// `ledger merge`: the runs and items of every input ledger added to OUT (created if missing), under
+// OUT's write lock, in OUT.partial renamed over OUT only when complete. Returns OUT's runs.
+std::vector<RunInfo> mergeLedgers(const std::string& outPath, const std::vector<std::string>& inputs);
 
 }  // namespace kvscope::experiments

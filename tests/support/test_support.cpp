@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include <array>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -78,11 +79,11 @@ std::string shellQuote(const std::string& s) {
     return out + "'";
 }
 
-CommandResult runCli(const std::string& args) {
+CommandResult runCli(const std::string& args, const std::string& environment) {
     static TempDir scratch;
-    static int counter = 0;
+    static std::atomic<int> counter{0};
     const std::string errFile = scratch.file("stderr-" + std::to_string(counter++));
-    const std::string cmd = std::string(KVSCOPE_CLI) + " " + args + " 2>" + errFile;
+    const std::string cmd = environment + (environment.empty() ? "" : " ") + std::string(KVSCOPE_CLI) + " " + args + " 2>" + errFile;
     CommandResult r;
     FILE* pipe = ::popen(cmd.c_str(), "r");
     if (!pipe) throw std::runtime_error("popen failed");

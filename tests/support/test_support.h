@@ -40,8 +40,9 @@ struct CommandResult {
     std::string out;  // stdout
     std::string err;  // stderr
 };
-// Runs the kvscope executable with `args` (already shell-quoted where needed).
-CommandResult runCli(const std::string& args);
+// Runs the kvscope executable with `args` (already shell-quoted where needed), with `environment`
+// ("NAME=value ...") added to its environment. Safe to call from several threads at once.
+CommandResult runCli(const std::string& args, const std::string& environment = "");
 std::string shellQuote(const std::string& s);
 
 void writeTextFile(const std::string& path, const std::string& text);
