@@ -1,10 +1,15 @@
 #include "experiments/experiment_config.h"
 
 #include "core/model/test_model.h"
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
+#include "core/util/fault_injection.h"
+#include "core/util/parse.h"
 
 #include <toml++/toml.h>
 
+#include <cerrno>
+#include <csignal>
 #include <filesystem>
 #include <regex>
 #include <tuple>
@@ -213,8 +218,34 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
     return c;
 }
 
+namespace {
+
+// Staging folders MODEL.PID.partial of generators that died (a PID no longer running on this host).
+void removeAbandonedStagingFolders(const fs::path& target) {
+    const std::string prefix = target.filename().string() + ".", suffix = ".partial";
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(target.parent_path().empty() ? fs::path(".") : target.parent_path(), ec)) {
+        const std::string name = entry.path().filename().string();
+        if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
+            name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+            continue;
+        const auto pid = parseNonNegativeInt(name.substr(prefix.size(), name.size() - prefix.size() - suffix.size()));
+        if (pid && *pid > 0 && *pid < (int64_t{1} << 31) && ::kill(static_cast<pid_t>(*pid), 0) != 0 && errno == ESRCH) {
+            fault::point("removal of an abandoned model staging folder");
+            fs::remove_all(entry.path(), ec);
+        }
+    }
+}
+
+}  // namespace
+
+// The shards of a job array (or two runs) may generate the same model at once: each writes its own
+// staging folder MODEL.PID.partial and renames it into place, and whoever comes second finds the
+// model there and drops its copy (the same spec gives the same bytes). A generator killed midway
+// leaves only its staging folder, removed by the next one.
 void ExperimentConfig::generateModelIfMissing() const {
-    if (!generateModel || fs::exists(fs::path(modelDir) / "config.json")) return;
+    const fs::path target(modelDir);
+    if (!generateModel || fs::exists(target / "config.json")) return;
     TestModelSpec spec;
     const std::string arch = generateSpec["arch"];
     spec.architecture = arch == "llama" ? Architecture::Llama : arch == "qwen3" ? Architecture::Qwen3 : Architecture::Qwen2;
@@ -224,7 +255,23 @@ void ExperimentConfig::generateModelIfMissing() const {
     spec.numHeads = generateSpec["heads"];
     spec.numKvHeads = generateSpec["kv_heads"];
     spec.intermediateSize = generateSpec["intermediate_size"];
-    writeTestModel(spec, modelDir);
+
+    removeAbandonedStagingFolders(target);
+    const fs::path staging = modelDir + "." + std::to_string(::getpid()) + ".partial";
+    std::error_code ec;
+    fs::remove_all(staging, ec);
+    writeTestModel(spec, staging.string());
+    fs::remove(target, ec);  // only an empty folder goes (say, one the user made for it)
+    fault::point("rename of a generated model folder into place");
+    fs::rename(staging, target, ec);
+    if (ec) {
+        fs::remove_all(staging);
+        if (!fs::exists(target / "config.json"))
+            throw ConfigError(modelDir + ": cannot put the generated model there (" + ec.message() +
+                              "); the folder is in the way but holds no config.json - remove it or choose another model.dir");
+        return;  // another process put the same model there first
+    }
+    syncParentFolder(target.string());
 }
 
 nlohmann::json ExperimentConfig::toJson() const {

@@ -5,7 +5,9 @@
 #   torch-pip  against PyTorch's libtorch from .venv (pip torch), plus the Hugging Face parity
 #              suites (transformers and tokenizers on that same torch)
 # Then, when dev was tested, builds the Debian package, installs it with apt and runs the installed
-# executables. Prints the time of each stage.
+# executables, and runs a Slurm job array on a single-node Slurm it starts (scripts/slurm-test.sh).
+# Last, the fuzz harnesses replay their seed corpora and regression inputs and fuzz 20 s each
+# (scripts/fuzz.sh check). Prints the time of each stage.
 #   scripts/test.sh [preset...]      default: dev torch-pip; also asan
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -26,6 +28,11 @@ for preset in "${presets[@]}"; do
   stage "testing $preset" ctest --preset "$preset" -j "$(nproc)"
 done
 for preset in "${presets[@]}"; do
-  if [ "$preset" = dev ]; then stage "the package test" "$root/scripts/test-package.sh" "$root/build/dev"; fi
+  if [ "$preset" = dev ]; then
+    stage "the package test" "$root/scripts/test-package.sh" "$root/build/dev"
+    stage "the Slurm test" "$root/scripts/slurm-test.sh" "$root/build/dev/app/kvscope"
+  fi
 done
+# The fuzz stage belongs to the default run (the README's and CI's), not to a run of chosen presets.
+if [ $# -eq 0 ]; then stage "fuzzing (corpora, regressions, 20 s per harness)" "$root/scripts/fuzz.sh" check 20; fi
 echo "test.sh: all stages passed in $SECONDS s"

@@ -240,5 +240,35 @@ TEST(RunCli, ShardsMergeIntoOneRun) {
     EXPECT_EQ(reportJson(dir.file("all.db"))["bridge"]["n"], 4);
 }
 
+TEST(RunCli, ShardsStartedTogetherGenerateTheModelOnceAndCleanAfterADeadGenerator) {
+    test::TempDir dir;
+    writeExperiment(dir, "\"bridge\"");
+    const std::string experiment = dir.file("exp.toml");
+    // What a generator killed midway leaves: its staging folder, named by a PID no process has.
+    std::filesystem::create_directories(dir.file("model.2147483000.partial"));
+    test::writeTextFile(dir.file("model.2147483000.partial/tokenizer.json"), "{");
+    std::vector<pid_t> shards;
+    for (int i = 0; i < 2; ++i) {
+        const pid_t child = ::fork();
+        if (child == 0) {
+            const std::string ledger = dir.file("s" + std::to_string(i) + ".db"), shard = std::to_string(i) + "/2";
+            ::execl(KVSCOPE_CLI, KVSCOPE_CLI, "run", experiment.c_str(), "--ledger", ledger.c_str(), "--shard", shard.c_str(),
+                    "--limit", "1", static_cast<char*>(nullptr));
+            ::_exit(127);
+        }
+        shards.push_back(child);
+    }
+    for (const pid_t child : shards) {
+        int status = 0;
+        ASSERT_EQ(::waitpid(child, &status, 0), child);
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    }
+    EXPECT_TRUE(std::filesystem::exists(dir.file("model/config.json")));
+    for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
+        EXPECT_NE(entry.path().extension(), ".partial") << entry.path();
+    auto merge = runCli("ledger merge " + shellQuote(dir.file("all.db")) + " " + shellQuote(dir.file("s0.db")) + " " + shellQuote(dir.file("s1.db")));
+    EXPECT_EQ(merge.exitCode, 0) << merge.err;  // one run: both shards saw the same model
+}
+
 }  // namespace
 }  // namespace kvscope
