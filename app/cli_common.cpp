@@ -40,8 +40,9 @@ void showRunProgress(const experiments::RunProgress& p) {
     if (terminal) {
         const int width = 30, filled = static_cast<int>(fraction * width);
         std::fprintf(stderr, "\r[%s%s] %lld/%lld  item %-12s %7.1f tok/s  ETA %s ", std::string(filled, '#').c_str(),
-                     std::string(width - filled, '.').c_str(), static_cast<long long>(p.done), static_cast<long long>(p.total),
-                     p.currentItem.c_str(), p.tokensPerSecond, formatSeconds(p.etaSeconds).c_str());
+                     std::string(width - filled, '.').c_str(), static_cast<long long>(p.done),
+                     static_cast<long long>(p.total), p.currentItem.c_str(), p.tokensPerSecond,
+                     formatSeconds(p.etaSeconds).c_str());
         if (p.done == p.total && p.total > 0) std::fprintf(stderr, "\n");
     } else if (!p.lastStatus.empty() && p.done > 0) {
         std::fprintf(stderr, "kvscope run: %lld/%lld item %s %s (%.1f tok/s, ETA %s)\n", static_cast<long long>(p.done),
@@ -59,7 +60,8 @@ void addModelOptions(CLI::App* cmd, ModelOptions& o) {
     cmd->add_option("--model", o.model, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)")
         ->required()
         ->check(CLI::ExistingDirectory);
-    cmd->add_option("--dtype", o.dtype, "Compute dtype: fp32, bf16, or fp16 (CUDA only); with a cache, default: the cache's")
+    cmd->add_option("--dtype", o.dtype,
+                    "Compute dtype: fp32, bf16, or fp16 (CUDA only); with a cache, default: the cache's")
         ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
         ->each([&o](const std::string&) { o.dtypeGiven = true; });
     cmd->add_option("--device", o.device, "cpu, cuda or cuda:N");

@@ -27,21 +27,25 @@ void printReport(const BenchReport& r, bool json) {
                             {"weight_bytes_per_token", row.weightBytesPerToken},
                             {"bandwidth_bound_tokens_per_s", row.boundTokensPerSecond},
                             {"decode_fraction_of_bound", row.decodeTokensPerSecond / row.boundTokensPerSecond}});
-        std::cout << nlohmann::json{{"model", r.modelDir}, {"threads", r.threads}, {"libtorch", r.libtorch},
+        std::cout << nlohmann::json{{"model", r.modelDir},
+                                    {"threads", r.threads},
+                                    {"libtorch", r.libtorch},
                                     {"cpu_features", r.cpuFeatures},
-                                    {"triad_bandwidth_gb_per_s", r.bandwidthBytesPerSecond / 1e9}, {"rows", rows}}
+                                    {"triad_bandwidth_gb_per_s", r.bandwidthBytesPerSecond / 1e9},
+                                    {"rows", rows}}
                          .dump(2)
                   << "\n";
         return;
     }
     std::printf("model: %s\nlibtorch: %s\ncpu: %s\nthreads: %d\ntriad bandwidth: %.1f GB/s\n\n", r.modelDir.c_str(),
                 r.libtorch.c_str(), r.cpuFeatures.c_str(), r.threads, r.bandwidthBytesPerSecond / 1e9);
-    std::printf("%-6s %16s %15s %15s %14s %16s %10s\n", "dtype", "prefill tok/s", "decode tok/s", "decode mv", "weights/token",
-                "bound tok/s", "of bound");
+    std::printf("%-6s %16s %15s %15s %14s %16s %10s\n", "dtype", "prefill tok/s", "decode tok/s", "decode mv",
+                "weights/token", "bound tok/s", "of bound");
     for (const auto& row : r.rows)
-        std::printf("%-6s %16.1f %15.2f %15.2f %11.0f MB %16.2f %9.0f%%\n", row.dtype.c_str(), row.prefillTokensPerSecond,
-                    row.decodeTokensPerSecond, row.decodeMatrixVectorTokensPerSecond, row.weightBytesPerToken / 1e6,
-                    row.boundTokensPerSecond, 100.0 * row.decodeTokensPerSecond / row.boundTokensPerSecond);
+        std::printf("%-6s %16.1f %15.2f %15.2f %11.0f MB %16.2f %9.0f%%\n", row.dtype.c_str(),
+                    row.prefillTokensPerSecond, row.decodeTokensPerSecond, row.decodeMatrixVectorTokensPerSecond,
+                    row.weightBytesPerToken / 1e6, row.boundTokensPerSecond,
+                    100.0 * row.decodeTokensPerSecond / row.boundTokensPerSecond);
     std::printf("\ndecode: transformers' F.linear kernels (the default); decode mv: --decode-kernel mv, same run\n");
 }
 
@@ -71,7 +75,8 @@ void addBenchCommand(CLI::App& app) {
         o->bench.dtypes.clear();
         for (const auto& d : o->dtypes) o->bench.dtypes.push_back(parseDtype(d));
         o->bench.device = parseDevice(o->device);
-        const auto report = runBenchmark(o->bench, [](const std::string& msg) { std::cerr << "bench: " << msg << "\n"; });
+        const auto report =
+            runBenchmark(o->bench, [](const std::string& msg) { std::cerr << "bench: " << msg << "\n"; });
         printReport(report, o->json);
     });
 }

@@ -23,21 +23,33 @@ nlohmann::json metricsJson(const KvMetrics& m) {
 nlohmann::json diffJson(const CacheDiff& d, bool full) {
     nlohmann::json layers = nlohmann::json::array(), positions = nlohmann::json::array();
     for (const auto& l : d.perLayer)
-        layers.push_back({{"layer", l.layer}, {"bit_exact", l.bitExact}, {"k", metricsJson(l.keys)}, {"v", metricsJson(l.values)}});
+        layers.push_back(
+            {{"layer", l.layer}, {"bit_exact", l.bitExact}, {"k", metricsJson(l.keys)}, {"v", metricsJson(l.values)}});
     for (const auto& p : d.perPosition)
-        positions.push_back({{"position", p.position}, {"max_abs", p.maxAbs}, {"differing", p.differing},
+        positions.push_back({{"position", p.position},
+                             {"max_abs", p.maxAbs},
+                             {"differing", p.differing},
                              {"layers_differing", p.layersDiffering}});
-    nlohmann::json j = {{"bit_exact", d.bitExact},
-                        {"first_difference", d.firstDifference ? nlohmann::json{{"layer", d.firstDifference->first},
-                                                                                {"position", d.firstDifference->second}}
-                                                               : nlohmann::json(nullptr)},
-                        {"shape", {{"layers", d.layers}, {"kv_heads", d.heads}, {"positions", d.positions}, {"head_dim", d.headDim}}},
-                        {"layers", layers},
-                        {"positions", positions},
-                        {"seconds", d.seconds}};
+    nlohmann::json j = {
+        {"bit_exact", d.bitExact},
+        {"first_difference", d.firstDifference ? nlohmann::json{{"layer", d.firstDifference->first},
+                                                                {"position", d.firstDifference->second}}
+                                               : nlohmann::json(nullptr)},
+        {"shape", {{"layers", d.layers}, {"kv_heads", d.heads}, {"positions", d.positions}, {"head_dim", d.headDim}}},
+        {"layers", layers},
+        {"positions", positions},
+        {"seconds", d.seconds}};
     if (full)  // [layer][head][position] grids
-        j["grids"] = {{"k", {{"max_abs", d.keys.maxAbs}, {"mean_abs", d.keys.meanAbs}, {"rel_l2", d.keys.relL2}, {"differing", d.keys.differing}}},
-                      {"v", {{"max_abs", d.values.maxAbs}, {"mean_abs", d.values.meanAbs}, {"rel_l2", d.values.relL2}, {"differing", d.values.differing}}}};
+        j["grids"] = {{"k",
+                       {{"max_abs", d.keys.maxAbs},
+                        {"mean_abs", d.keys.meanAbs},
+                        {"rel_l2", d.keys.relL2},
+                        {"differing", d.keys.differing}}},
+                      {"v",
+                       {{"max_abs", d.values.maxAbs},
+                        {"mean_abs", d.values.meanAbs},
+                        {"rel_l2", d.values.relL2},
+                        {"differing", d.values.differing}}}};
     return j;
 }
 
@@ -46,7 +58,8 @@ void printDiffText(const CacheDiff& d) {
     if (d.firstDifference)
         std::printf("first difference: layer %lld, position %lld\n", static_cast<long long>(d.firstDifference->first),
                     static_cast<long long>(d.firstDifference->second));
-    std::printf("%5s %12s %12s %12s %12s %10s %10s\n", "layer", "K max|d|", "V max|d|", "K rel L2", "V rel L2", "K diff", "V diff");
+    std::printf("%5s %12s %12s %12s %12s %10s %10s\n", "layer", "K max|d|", "V max|d|", "K rel L2", "V rel L2",
+                "K diff", "V diff");
     for (const auto& l : d.perLayer)
         std::printf("%5lld %12.4g %12.4g %12.4g %12.4g %10lld %10lld\n", static_cast<long long>(l.layer), l.keys.maxAbs,
                     l.values.maxAbs, l.keys.relL2, l.values.relL2, static_cast<long long>(l.keys.differing),
@@ -65,14 +78,17 @@ void addBuild(CLI::App* cache) {
     addModelOptions(cmd, o->model);
     cmd->add_option("--prompt-ids", o->promptIds, "With --construction live: the prompt ids");
     cmd->add_option("--generate", o->generate, "With live: greedy tokens decoded and fed back")->check(kNonNegative);
-    cmd->add_option("--ids-from", o->idsFrom, "Use the token ids (and prompt length) of this cache file")->check(CLI::ExistingFile);
+    cmd->add_option("--ids-from", o->idsFrom, "Use the token ids (and prompt length) of this cache file")
+        ->check(CLI::ExistingFile);
     cmd->add_option("--construction", o->construction, "live | prefill | incremental[:K] | chunked:N")->required();
     cmd->add_option("--out", o->out, "Output .safetensors file")->required();
     cmd->callback([o] {
         const Construction c = Construction::parse(o->construction);
-        if ((c.kind == Construction::Kind::Live) != !o->promptIds.empty() || (!o->promptIds.empty() && !o->idsFrom.empty()))
+        if ((c.kind == Construction::Kind::Live) != !o->promptIds.empty() ||
+            (!o->promptIds.empty() && !o->idsFrom.empty()))
             throw UsageError("use --prompt-ids (with --generate) for live, and --ids-from for the other constructions");
-        if (c.kind != Construction::Kind::Live && o->idsFrom.empty()) throw UsageError("--construction " + o->construction + " needs --ids-from");
+        if (c.kind != Construction::Kind::Live && o->idsFrom.empty())
+            throw UsageError("--construction " + o->construction + " needs --ids-from");
         if (!o->idsFrom.empty()) takeDtypeFromCache(o->model, o->idsFrom);
         Transformer model = loadModel(o->model);
         KvCache built;
@@ -100,17 +116,24 @@ void addInfo(CLI::App* cache) {
     cmd->callback([o] {
         const KvCache c = loadCache(o->file);
         const CacheFingerprint fp = fingerprintCache(c);
-        nlohmann::json j = {{"fingerprint", fp.overall}, {"layers", c.numLayers()}, {"tokens", c.length()},
-                            {"dtype", dtypeName(c.dtype())}, {"construction", c.construction()},
-                            {"prompt_length", c.promptLength()}, {"kv_heads", c.numKvHeads()}, {"head_dim", c.headDim()},
-                            {"ids_fingerprint", fp.ids}, {"model_fingerprint", c.modelFingerprint()},
+        nlohmann::json j = {{"fingerprint", fp.overall},
+                            {"layers", c.numLayers()},
+                            {"tokens", c.length()},
+                            {"dtype", dtypeName(c.dtype())},
+                            {"construction", c.construction()},
+                            {"prompt_length", c.promptLength()},
+                            {"kv_heads", c.numKvHeads()},
+                            {"head_dim", c.headDim()},
+                            {"ids_fingerprint", fp.ids},
+                            {"model_fingerprint", c.modelFingerprint()},
                             {"has_next_logits", c.nextLogits().defined()},
                             {"layer_fingerprints", {{"k", fp.keys}, {"v", fp.values}}}};
         if (o->json) {
             std::cout << j.dump() << "\n";
             return;
         }
-        for (const char* key : {"construction", "tokens", "prompt_length", "layers", "kv_heads", "head_dim", "dtype", "fingerprint", "model_fingerprint"})
+        for (const char* key : {"construction", "tokens", "prompt_length", "layers", "kv_heads", "head_dim", "dtype",
+                                "fingerprint", "model_fingerprint"})
             std::cout << key << ": " << (j[key].is_string() ? j[key].get<std::string>() : j[key].dump()) << "\n";
     });
 }
@@ -121,7 +144,8 @@ void addDiff(CLI::App* cache) {
         bool json = false, full = false;
     };
     auto o = std::make_shared<Options>();
-    CLI::App* cmd = cache->add_subcommand("diff", "Compare two caches layer by layer, head by head, position by position");
+    CLI::App* cmd =
+        cache->add_subcommand("diff", "Compare two caches layer by layer, head by head, position by position");
     cmd->add_option("a", o->a, "First cache")->required()->check(CLI::ExistingFile);
     cmd->add_option("b", o->b, "Second cache")->required()->check(CLI::ExistingFile);
     cmd->add_flag("--json", o->json, "Print JSON");
@@ -130,8 +154,10 @@ void addDiff(CLI::App* cache) {
         const KvCache a = loadCache(o->a), b = loadCache(o->b);
         if (a.modelFingerprint() != b.modelFingerprint()) throw UsageError("the two caches come from different models");
         const CacheDiff d = diffCaches(a, b);
-        if (o->json) std::cout << diffJson(d, o->full).dump() << "\n";
-        else printDiffText(d);
+        if (o->json)
+            std::cout << diffJson(d, o->full).dump() << "\n";
+        else
+            printDiffText(d);
     });
 }
 
@@ -141,7 +167,9 @@ void addTransplant(CLI::App* cache) {
     };
     auto o = std::make_shared<Options>();
     CLI::App* cmd = cache->add_subcommand("transplant", "Splice chosen layers of a donor cache into a recipient");
-    cmd->add_option("--recipient", o->recipient, "Cache that keeps every other layer")->required()->check(CLI::ExistingFile);
+    cmd->add_option("--recipient", o->recipient, "Cache that keeps every other layer")
+        ->required()
+        ->check(CLI::ExistingFile);
     cmd->add_option("--donor", o->donor, "Cache the chosen layers come from")->required()->check(CLI::ExistingFile);
     cmd->add_option("--layers", o->layers, "all, or a list like 0-11,20")->required();
     cmd->add_option("--kv", o->kv, "k, v or kv (default)");
@@ -178,9 +206,11 @@ void addLocate(CLI::App* cache) {
         if (a.ids() != b.ids()) throw UsageError("the two caches were built from different token ids");
         auto rebuildable = [](const KvCache& c) {
             if (c.construction().rfind("transplant", 0) == 0)
-                throw UsageError("a spliced cache (" + c.construction() + ") cannot be rebuilt; locate compares caches built by a construction");
+                throw UsageError("a spliced cache (" + c.construction() +
+                                 ") cannot be rebuilt; locate compares caches built by a construction");
             Construction k = Construction::parse(c.construction());
-            if (k.kind == Construction::Kind::Live) k = Construction::parse("incremental:" + std::to_string(c.promptLength()));
+            if (k.kind == Construction::Kind::Live)
+                k = Construction::parse("incremental:" + std::to_string(c.promptLength()));
             return k;
         };
         const LocatorReport r = locateDivergence(model, a.ids(), a.promptLength(), rebuildable(a), rebuildable(b));
@@ -188,23 +218,33 @@ void addLocate(CLI::App* cache) {
         const bool reproducedB = r.cacheFingerprintB == fingerprintCache(b).overall;
         nlohmann::json ops = nlohmann::json::array();
         for (const auto& op : r.ops)
-            ops.push_back({{"layer", op.layer}, {"op", op.op}, {"bit_exact", op.bitExact}, {"max_abs", op.maxAbs},
-                           {"differing", op.differing}, {"elements", op.elements}});
+            ops.push_back({{"layer", op.layer},
+                           {"op", op.op},
+                           {"bit_exact", op.bitExact},
+                           {"max_abs", op.maxAbs},
+                           {"differing", op.differing},
+                           {"elements", op.elements}});
         nlohmann::json first = nullptr;
         if (r.firstDifference) first = ops[*r.firstDifference];
         if (o->json) {
-            std::cout << nlohmann::json{{"a", r.constructionA}, {"b", r.constructionB}, {"position", r.position},
-                                        {"first_difference", first}, {"ops", ops},
+            std::cout << nlohmann::json{{"a", r.constructionA},
+                                        {"b", r.constructionB},
+                                        {"position", r.position},
+                                        {"first_difference", first},
+                                        {"ops", ops},
                                         {"rebuilt_matches_file", {{"a", reproducedA}, {"b", reproducedB}}}}
                              .dump()
                       << "\n";
             return;
         }
-        std::cout << "comparing " << r.constructionA << " vs " << r.constructionB << " at position " << r.position << "\n";
-        if (first.is_null()) std::cout << "every op is bit-identical\n";
+        std::cout << "comparing " << r.constructionA << " vs " << r.constructionB << " at position " << r.position
+                  << "\n";
+        if (first.is_null())
+            std::cout << "every op is bit-identical\n";
         else
-            std::cout << "first differing op: layer " << first["layer"] << " " << first["op"].get<std::string>() << " (max |diff| "
-                      << first["max_abs"] << ", " << first["differing"] << " of " << first["elements"] << " elements)\n";
+            std::cout << "first differing op: layer " << first["layer"] << " " << first["op"].get<std::string>()
+                      << " (max |diff| " << first["max_abs"] << ", " << first["differing"] << " of "
+                      << first["elements"] << " elements)\n";
         if (!reproducedA || !reproducedB) std::cout << "warning: a rebuilt cache does not match its file\n";
     });
 }

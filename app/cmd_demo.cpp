@@ -25,8 +25,8 @@ void showTrainingProgress(const train::TrainingProgress& p) {
                      static_cast<long long>(p.step), static_cast<long long>(p.steps), p.loss, p.tokensPerSecond,
                      formatSeconds(p.etaSeconds).c_str());
     else
-        std::fprintf(stderr, "kvscope train-demo-model: %s %lld/%lld\n", p.phase.c_str(), static_cast<long long>(p.step),
-                     static_cast<long long>(p.steps));
+        std::fprintf(stderr, "kvscope train-demo-model: %s %lld/%lld\n", p.phase.c_str(),
+                     static_cast<long long>(p.step), static_cast<long long>(p.steps));
     std::fflush(stderr);
 }
 
@@ -37,29 +37,49 @@ void addTrainDemoModel(CLI::App& app) {
         std::string taskFormat = train::formatName(train::DemoRecipe{}.task.format);
     };
     auto o = std::make_shared<Options>();
-    CLI::App* cmd = app.add_subcommand("train-demo-model", "Train the small staged-arithmetic demo model (Qwen2 architecture)");
+    CLI::App* cmd =
+        app.add_subcommand("train-demo-model", "Train the small staged-arithmetic demo model (Qwen2 architecture)");
     cmd->add_option("--out", o->out, "Output folder (replaced when training finishes)")->required();
     cmd->add_option("--seed", o->recipe.seed, "Seed for data, initial weights and order")->capture_default_str();
     cmd->add_option("--steps", o->recipe.steps, "Optimiser steps")->capture_default_str()->check(kPositive);
     cmd->add_option("--tokens-per-step", o->recipe.tokensPerStep, "Tokens packed into each step")
-        ->capture_default_str()->check(CLI::Range(64, 65536));
+        ->capture_default_str()
+        ->check(CLI::Range(64, 65536));
     cmd->add_option("--hidden-size", o->recipe.hiddenSize, "Hidden size")->capture_default_str()->check(kPositive);
     cmd->add_option("--layers", o->recipe.numLayers, "Layers")->capture_default_str()->check(kPositive);
-    cmd->add_option("--intermediate-size", o->recipe.intermediateSize, "MLP size")->capture_default_str()->check(kPositive);
+    cmd->add_option("--intermediate-size", o->recipe.intermediateSize, "MLP size")
+        ->capture_default_str()
+        ->check(kPositive);
     cmd->add_option("--lr", o->recipe.learningRate, "Peak learning rate")->capture_default_str()->check(kPositive);
-    cmd->add_option("--task-format", o->taskFormat, "plain (one way to write each step) or varied (equivalent ways drawn 50/50)")
-        ->capture_default_str()->check(CLI::IsMember({"plain", "varied"}));
-    cmd->add_option("--min-operations", o->recipe.task.minOperations, "Fewest stages per problem")->capture_default_str()->check(CLI::Range(1, 8));
-    cmd->add_option("--max-operations", o->recipe.task.maxOperations, "Most stages per problem")->capture_default_str()->check(CLI::Range(1, 8));
-    cmd->add_option("--test-items", o->recipe.testItems, "Test set size")->capture_default_str()->check(CLI::Range(1, 100000));
-    cmd->add_option("--validation-items", o->recipe.validationItems, "Validation set size")->capture_default_str()->check(CLI::Range(1, 100000));
-    cmd->add_option("--max-operand", o->recipe.task.maxOperand, "Largest + / - operand")->capture_default_str()->check(CLI::Range(2, 100000));
-    cmd->add_option("--max-value", o->recipe.task.maxValue, "Largest intermediate result")->capture_default_str()->check(CLI::Range(20, 1000000));
+    cmd->add_option("--task-format", o->taskFormat,
+                    "plain (one way to write each step) or varied (equivalent ways drawn 50/50)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"plain", "varied"}));
+    cmd->add_option("--min-operations", o->recipe.task.minOperations, "Fewest stages per problem")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 8));
+    cmd->add_option("--max-operations", o->recipe.task.maxOperations, "Most stages per problem")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 8));
+    cmd->add_option("--test-items", o->recipe.testItems, "Test set size")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 100000));
+    cmd->add_option("--validation-items", o->recipe.validationItems, "Validation set size")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 100000));
+    cmd->add_option("--max-operand", o->recipe.task.maxOperand, "Largest + / - operand")
+        ->capture_default_str()
+        ->check(CLI::Range(2, 100000));
+    cmd->add_option("--max-value", o->recipe.task.maxValue, "Largest intermediate result")
+        ->capture_default_str()
+        ->check(CLI::Range(20, 1000000));
     cmd->add_option("--threads", o->recipe.threads, "Intra-op threads (a fixed count keeps the weights reproducible)")
-        ->capture_default_str()->check(kNonNegative);
+        ->capture_default_str()
+        ->check(kNonNegative);
     cmd->callback([o] {
         o->recipe.task.format = train::parseArithFormat(o->taskFormat);
-        if (o->recipe.task.maxOperations < o->recipe.task.minOperations) o->recipe.task.minOperations = o->recipe.task.maxOperations;
+        if (o->recipe.task.maxOperations < o->recipe.task.minOperations)
+            o->recipe.task.minOperations = o->recipe.task.maxOperations;
         installInterruptHandler();
         const auto r = train::trainDemoModel(o->recipe, o->out, showTrainingProgress, stopRequested());
         std::printf("wrote %s in %.1f s: final training loss %.4f, validation loss %.4f\n", o->out.c_str(), r.seconds,
@@ -79,7 +99,8 @@ std::string freshDemoLedgerPath() {
     char stamp[32];
     std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
     std::filesystem::path path = dir / ("demo-" + std::string(stamp) + ".db");
-    for (int n = 2; std::filesystem::exists(path); ++n) path = dir / ("demo-" + std::string(stamp) + "-" + std::to_string(n) + ".db");
+    for (int n = 2; std::filesystem::exists(path); ++n)
+        path = dir / ("demo-" + std::string(stamp) + "-" + std::to_string(n) + ".db");
     return path.string();
 }
 
@@ -89,13 +110,17 @@ void addDemo(CLI::App& app) {
         experiments::RunOptions run;
     };
     auto o = std::make_shared<Options>();
-    CLI::App* cmd = app.add_subcommand("demo", "Run the whole study (every protocol) on the shipped demo model, then print the report");
-    cmd->add_option("--ledger", o->run.ledgerPath, "Ledger to write (default: a new file in the user's data folder; an existing one is resumed)");
+    CLI::App* cmd = app.add_subcommand(
+        "demo", "Run the whole study (every protocol) on the shipped demo model, then print the report");
+    cmd->add_option("--ledger", o->run.ledgerPath,
+                    "Ledger to write (default: a new file in the user's data folder; an existing one is resumed)");
     cmd->add_option("--limit", o->run.limit, "Run at most N items")->check(kNonNegative);
-    cmd->add_option("--experiment", o->experiment, "Experiment file (default: the shipped experiments/demo.toml)")->check(CLI::ExistingFile);
+    cmd->add_option("--experiment", o->experiment, "Experiment file (default: the shipped experiments/demo.toml)")
+        ->check(CLI::ExistingFile);
     cmd->add_option("--threads", o->run.threads, "Intra-op threads (default: all cores)")->check(kNonNegative);
     cmd->callback([o] {
-        const std::string experimentPath = o->experiment.empty() ? findDataFile("experiments/demo.toml") : o->experiment;
+        const std::string experimentPath =
+            o->experiment.empty() ? findDataFile("experiments/demo.toml") : o->experiment;
         const experiments::ExperimentConfig config = experiments::ExperimentConfig::load(experimentPath);
         if (o->run.ledgerPath.empty()) o->run.ledgerPath = freshDemoLedgerPath();
         std::fprintf(stderr, "kvscope demo: experiment %s\nkvscope demo: model %s\nkvscope demo: ledger %s\n",
@@ -104,15 +129,17 @@ void addDemo(CLI::App& app) {
         const auto s = experiments::runExperiment(config, o->run, showRunProgress, stopRequested());
         std::fprintf(stderr, "kvscope demo: %lld items run in %.1f s\n", static_cast<long long>(s.ran), s.seconds);
         if (s.interrupted) {
-            std::fprintf(stderr, "kvscope demo: interrupted; finished items are recorded. Resume with: kvscope demo --ledger %s\n",
-                         o->run.ledgerPath.c_str());
+            std::fprintf(
+                stderr,
+                "kvscope demo: interrupted; finished items are recorded. Resume with: kvscope demo --ledger %s\n",
+                o->run.ledgerPath.c_str());
             throw ExitStatus(130);
         }
         const experiments::Ledger ledger(o->run.ledgerPath, experiments::LedgerAccess::ReadOnly);
         std::cout << experiments::reportMarkdown(experiments::buildReport(ledger.items(s.runId), ledger.run(s.runId)));
         std::cout << "\nLedger: " << o->run.ledgerPath << "\nOpen it in the desktop application:  kvscope-gui "
-                  << o->run.ledgerPath << "\nMachine-readable report:             kvscope report "
-                  << o->run.ledgerPath << " --format json\n";
+                  << o->run.ledgerPath << "\nMachine-readable report:             kvscope report " << o->run.ledgerPath
+                  << " --format json\n";
     });
 }
 

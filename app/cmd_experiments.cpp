@@ -14,7 +14,6 @@
 
 #include "core/util/error.h"
 
-
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -56,12 +55,14 @@ void addRun(CLI::App& app) {
         if (!o->shard.empty()) std::tie(o->run.shardIndex, o->run.shardCount) = parseShard(o->shard);
         installInterruptHandler();
         const RunSummary s = runExperiment(config, o->run, showRunProgress, stopRequested());
-        std::fprintf(stderr, "kvscope run: run %s %s: %lld items run, %lld already done, %lld selected, %.1f s\n", s.runId.c_str(),
-                     s.resumed ? "resumed" : "started", static_cast<long long>(s.ran), static_cast<long long>(s.alreadyDone),
-                     static_cast<long long>(s.selected), s.seconds);
+        std::fprintf(stderr, "kvscope run: run %s %s: %lld items run, %lld already done, %lld selected, %.1f s\n",
+                     s.runId.c_str(), s.resumed ? "resumed" : "started", static_cast<long long>(s.ran),
+                     static_cast<long long>(s.alreadyDone), static_cast<long long>(s.selected), s.seconds);
         if (s.interrupted) {
-            std::fprintf(stderr, "kvscope run: interrupted; every finished item is recorded. Resume with: kvscope run %s --ledger %s\n",
-                         o->experiment.c_str(), o->run.ledgerPath.c_str());
+            std::fprintf(
+                stderr,
+                "kvscope run: interrupted; every finished item is recorded. Resume with: kvscope run %s --ledger %s\n",
+                o->experiment.c_str(), o->run.ledgerPath.c_str());
             throw ExitStatus(130);
         }
     });
@@ -119,7 +120,8 @@ void addAudit(CLI::App& app) {
         config.protocols.erase("audit");
         ModelPool models(config.modelDir, config.device);
         const Tokenizer tokenizer = Tokenizer::fromModelDir(config.modelDir);
-        ItemContext ctx{config, tokenizer, [&](const std::string& d) -> const Transformer& { return models.get(d); }, ""};
+        ItemContext ctx{config, tokenizer, [&](const std::string& d) -> const Transformer& { return models.get(d); },
+                        ""};
         const auto dataset = loadDataset(config.datasetPath);
         int64_t checked = 0, reproduced = 0;
         for (const ItemRecord& stored : ledger.items(run.runId)) {
@@ -146,7 +148,8 @@ void addLedgerMerge(CLI::App& app) {
     merge->add_option("out", o->out, "Ledger to merge into (created if needed)")->required();
     merge->add_option("inputs", o->inputs, "Shard ledgers")->required()->check(CLI::ExistingFile);
     merge->callback([o] {
-        for (const auto& r : mergeLedgers(o->out, o->inputs)) std::cout << "run " << r.runId << ": " << r.itemsDone << " items\n";
+        for (const auto& r : mergeLedgers(o->out, o->inputs))
+            std::cout << "run " << r.runId << ": " << r.itemsDone << " items\n";
     });
 }
 

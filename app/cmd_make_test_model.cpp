@@ -54,8 +54,8 @@ void addMakeTestModelCommand(CLI::App& app) {
         spec.architecture = parseArch(o->arch);
         spec.dtype = parseDtype(o->dtype);
         const ModelConfig c = writeTestModel(spec, o->out);
-        std::cout << "wrote " << architectureName(c.architecture) << " test model to " << o->out << " ("
-                  << c.numLayers << " layers, hidden " << c.hiddenSize << ", vocab " << c.vocabSize << ")\n";
+        std::cout << "wrote " << architectureName(c.architecture) << " test model to " << o->out << " (" << c.numLayers
+                  << " layers, hidden " << c.hiddenSize << ", vocab " << c.vocabSize << ")\n";
     });
 }
 

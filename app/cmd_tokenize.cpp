@@ -61,18 +61,22 @@ void forEachJsonLine(const std::string& path, const std::function<nlohmann::json
 void addTokenizeCommands(CLI::App& app) {
     auto o = std::make_shared<TokenizeOptions>();
     CLI::App* tok = app.add_subcommand("tokenize", "Print the token ids of a text");
-    tok->add_option("--model", o->model, "Model directory holding tokenizer.json")->required()->check(CLI::ExistingDirectory);
+    tok->add_option("--model", o->model, "Model directory holding tokenizer.json")
+        ->required()
+        ->check(CLI::ExistingDirectory);
     auto* text = tok->add_option("--text", o->text, "Text to tokenize");
     auto* file = tok->add_option("--file", o->file, "File whose contents to tokenize")->check(CLI::ExistingFile);
-    auto* jsonl = tok->add_option("--jsonl", o->jsonl, "File of JSON strings, one a line: prints {\"ids\": [...]} a line")
-                      ->check(CLI::ExistingFile);
+    auto* jsonl =
+        tok->add_option("--jsonl", o->jsonl, "File of JSON strings, one a line: prints {\"ids\": [...]} a line")
+            ->check(CLI::ExistingFile);
     text->excludes(file, jsonl);
     file->excludes(text, jsonl);
     jsonl->excludes(text, file);
     tok->add_flag("--no-special", o->noSpecial, "Do not apply the post-processor (e.g. Llama 3's BOS)");
     tok->add_flag("--json", o->json, "Print {\"ids\": [...]}");
     tok->callback([o, text, file, jsonl] {
-        if (text->count() + file->count() + jsonl->count() == 0) throw UsageError("tokenize needs --text, --file or --jsonl");
+        if (text->count() + file->count() + jsonl->count() == 0)
+            throw UsageError("tokenize needs --text, --file or --jsonl");
         Tokenizer t = Tokenizer::fromModelDir(o->model);
         if (jsonl->count()) {
             forEachJsonLine(o->jsonl, [&](const nlohmann::json& line) {
@@ -91,10 +95,13 @@ void addTokenizeCommands(CLI::App& app) {
     });
 
     CLI::App* detok = app.add_subcommand("detokenize", "Print the text of token ids");
-    detok->add_option("--model", o->model, "Model directory holding tokenizer.json")->required()->check(CLI::ExistingDirectory);
+    detok->add_option("--model", o->model, "Model directory holding tokenizer.json")
+        ->required()
+        ->check(CLI::ExistingDirectory);
     auto* ids = detok->add_option("--ids", o->ids, "Token ids: 1,2,3");
-    auto* idLists = detok->add_option("--jsonl", o->jsonl, "File of JSON id lists, one a line: prints {\"text\": ...} a line")
-                        ->check(CLI::ExistingFile);
+    auto* idLists =
+        detok->add_option("--jsonl", o->jsonl, "File of JSON id lists, one a line: prints {\"text\": ...} a line")
+            ->check(CLI::ExistingFile);
     ids->excludes(idLists);
     idLists->excludes(ids);
     detok->add_flag("--skip-special", o->skipSpecial, "Leave special tokens out of the text");
@@ -109,8 +116,10 @@ void addTokenizeCommands(CLI::App& app) {
             return;
         }
         const std::string text = t.decode(parseIdList(o->ids, "--ids"), o->skipSpecial);
-        if (o->json) std::cout << nlohmann::json{{"text", text}}.dump() << "\n";
-        else std::cout << text << "\n";
+        if (o->json)
+            std::cout << nlohmann::json{{"text", text}}.dump() << "\n";
+        else
+            std::cout << text << "\n";
     });
 }
 

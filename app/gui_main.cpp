@@ -25,12 +25,15 @@ int takeScreenshot(QApplication& app, MainWindow& window, const QString& file, b
     int status = 1;
     auto save = [&] {
         QApplication::processEvents();
-        window.grab().save(file) ? status = 0 : std::fprintf(stderr, "kvscope-gui: cannot write %s\n", qPrintable(file));
+        window.grab().save(file) ? status = 0
+                                 : std::fprintf(stderr, "kvscope-gui: cannot write %s\n", qPrintable(file));
         app.quit();
     };
     QObject::connect(&window, &MainWindow::analysisShown, &app, [&] {
-        if (transplant) window.transplantPanel()->run();
-        else QTimer::singleShot(200, &app, save);
+        if (transplant)
+            window.transplantPanel()->run();
+        else
+            QTimer::singleShot(200, &app, save);
     });
     QObject::connect(&window, &MainWindow::transplantShown, &app, [&] { QTimer::singleShot(200, &app, save); });
     QObject::connect(&window, &MainWindow::taskFailed, &app, [&](const QString& message) {
@@ -69,13 +72,16 @@ int main(int argc, char** argv) {
     parser.setApplicationDescription(QStringLiteral("kvscope: live vs prefill KV caches, side by side"));
     parser.addHelpOption();
     const QCommandLineOption versionOption(QStringLiteral("version"), QStringLiteral("Print versions and exit"));
-    const QCommandLineOption itemOption(QStringLiteral("item"), QStringLiteral("Select this item of the ledger"), QStringLiteral("ID"));
-    const QCommandLineOption shotOption(QStringLiteral("screenshot"), QStringLiteral("Save the window to FILE.png and exit"),
+    const QCommandLineOption itemOption(QStringLiteral("item"), QStringLiteral("Select this item of the ledger"),
+                                        QStringLiteral("ID"));
+    const QCommandLineOption shotOption(QStringLiteral("screenshot"),
+                                        QStringLiteral("Save the window to FILE.png and exit"),
                                         QStringLiteral("FILE.png"));
-    const QCommandLineOption transplantOption(QStringLiteral("transplant"),
-                                              QStringLiteral("With --screenshot: run the transplant panel's splice first"));
+    const QCommandLineOption transplantOption(
+        QStringLiteral("transplant"), QStringLiteral("With --screenshot: run the transplant panel's splice first"));
     parser.addOptions({versionOption, itemOption, shotOption, transplantOption});
-    parser.addPositionalArgument(QStringLiteral("path"), QStringLiteral("A ledger (.db) or a model folder"), QStringLiteral("[LEDGER.db | MODEL_DIR]"));
+    parser.addPositionalArgument(QStringLiteral("path"), QStringLiteral("A ledger (.db) or a model folder"),
+                                 QStringLiteral("[LEDGER.db | MODEL_DIR]"));
     parser.process(app);
 
     if (parser.isSet(versionOption)) {
@@ -88,7 +94,8 @@ int main(int argc, char** argv) {
     const QStringList paths = parser.positionalArguments();
     const bool screenshot = parser.isSet(shotOption);
     if (paths.size() > 1) {
-        std::fprintf(stderr, "kvscope-gui: give one ledger or model folder (got %lld paths)\n", static_cast<long long>(paths.size()));
+        std::fprintf(stderr, "kvscope-gui: give one ledger or model folder (got %lld paths)\n",
+                     static_cast<long long>(paths.size()));
         return 2;
     }
     if (screenshot && paths.isEmpty()) {

@@ -28,9 +28,11 @@ int main(int argc, char** argv) {
     cli::addExperimentCommands(app);
     cli::addDemoCommands(app);
 
-    if (argc > 1 && argv[1][0] != '-' && app.get_subcommands([&](CLI::App* c) { return c->get_name() == argv[1]; }).empty()) {
+    if (argc > 1 && argv[1][0] != '-' &&
+        app.get_subcommands([&](CLI::App* c) { return c->get_name() == argv[1]; }).empty()) {
         std::cerr << "kvscope: error: unknown command '" << argv[1]
-                  << "' (commands: generate, logits, tokenize, detokenize, make-test-model, bench, cache, continue, run, report, audit, ledger, train-demo-model, demo; see --help)\n";
+                  << "' (commands: generate, logits, tokenize, detokenize, make-test-model, bench, cache, continue, "
+                     "run, report, audit, ledger, train-demo-model, demo; see --help)\n";
         return 2;
     }
     try {

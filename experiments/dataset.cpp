@@ -32,8 +32,10 @@ std::vector<DatasetItem> loadDataset(const std::string& path) {
             item.id = j["id"].is_string() ? j["id"].get<std::string>() : j["id"].dump();
             if (j.contains("prompt")) item.prompt = j["prompt"].get<std::string>();
             if (j.contains("messages"))
-                for (const auto& m : j["messages"]) item.messages.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
-            if (j.contains("prefix_ids")) item.prefixIds = tokenIdsFromJson(j["prefix_ids"], where + ": field 'prefix_ids'");
+                for (const auto& m : j["messages"])
+                    item.messages.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
+            if (j.contains("prefix_ids"))
+                item.prefixIds = tokenIdsFromJson(j["prefix_ids"], where + ": field 'prefix_ids'");
             if (!j.contains("answer")) throw FormatError(where + ": field 'answer' is missing");
             item.answer = j["answer"].is_string() ? j["answer"].get<std::string>() : j["answer"].dump();
         } catch (const nlohmann::json::exception& e) {
@@ -48,11 +50,13 @@ std::vector<DatasetItem> loadDataset(const std::string& path) {
     return items;
 }
 
-std::optional<std::string> extractAnswer(const std::string& text, const std::string& method, const std::string& pattern) {
+std::optional<std::string> extractAnswer(const std::string& text, const std::string& method,
+                                         const std::string& pattern) {
     if (method == "last_number") {
         static const std::regex number(R"(-?\d+(?:\.\d+)?)");
         std::optional<std::string> last;
-        for (auto it = std::sregex_iterator(text.begin(), text.end(), number); it != std::sregex_iterator(); ++it) last = it->str();
+        for (auto it = std::sregex_iterator(text.begin(), text.end(), number); it != std::sregex_iterator(); ++it)
+            last = it->str();
         return last;
     }
     if (method == "boxed") {
@@ -83,8 +87,7 @@ bool answersMatch(const std::string& extracted, const std::string& gold) {
         std::size_t ua = 0, ub = 0;
         const double x = std::stod(a, &ua), y = std::stod(b, &ub);
         if (ua == a.size() && ub == b.size()) return x == y;
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
     return a == b;
 }
 

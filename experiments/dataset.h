@@ -23,7 +23,8 @@ std::vector<DatasetItem> loadDataset(const std::string& path);
 
 // Answer extraction: "last_number" (last integer or decimal in the text), "boxed" (content of the
 // last \boxed{...}, braces balanced), "regex" (first capture group of the last match, or the match).
-std::optional<std::string> extractAnswer(const std::string& text, const std::string& method, const std::string& regex = "");
+std::optional<std::string> extractAnswer(const std::string& text, const std::string& method,
+                                         const std::string& regex = "");
 // Numbers compare numerically ("47" == "47.0"), everything else as trimmed strings.
 bool answersMatch(const std::string& extracted, const std::string& gold);
 

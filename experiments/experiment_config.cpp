@@ -18,7 +18,8 @@ namespace kvscope::experiments {
 namespace fs = std::filesystem;
 
 const std::vector<std::string>& allProtocols() {
-    static const std::vector<std::string> names = {"matched", "fixed_prefix_2x2", "bridge", "audit", "transplant", "localize"};
+    static const std::vector<std::string> names = {"matched", "fixed_prefix_2x2", "bridge",
+                                                   "audit",   "transplant",       "localize"};
     return names;
 }
 
@@ -27,7 +28,8 @@ namespace {
 // Reads one TOML table, remembering which keys were used so the rest can be reported as unknown.
 class Table {
 public:
-    Table(const toml::table* t, std::string where, std::string file) : t_(t), where_(std::move(where)), file_(std::move(file)) {}
+    Table(const toml::table* t, std::string where, std::string file)
+        : t_(t), where_(std::move(where)), file_(std::move(file)) {}
 
     template <typename T>
     void read(const char* key, T& out) {
@@ -65,7 +67,8 @@ private:
     std::set<std::string> used_;
 };
 
-void requireOneOf(const std::string& file, const std::string& key, const std::string& value, std::set<std::string> allowed) {
+void requireOneOf(const std::string& file, const std::string& key, const std::string& value,
+                  std::set<std::string> allowed) {
     if (allowed.count(value)) return;
     std::string list;
     for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
@@ -95,7 +98,8 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
         for (const auto& [key, value] : *m)
             if (value.is_table() && key.str() != "generate")
                 throw ConfigError(path + ": unknown section [model." + std::string(key.str()) + "]");
-    static const std::set<std::string> sections = {"model", "dataset", "generation", "boundary", "answer", "protocols", "transplant"};
+    static const std::set<std::string> sections = {"model",  "dataset",   "generation", "boundary",
+                                                   "answer", "protocols", "transplant"};
     for (const auto& [key, value] : root)
         if (value.is_table() && !sections.count(std::string(key.str())))
             throw ConfigError(path + ": unknown section [" + std::string(key.str()) + "]");
@@ -127,17 +131,23 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
         requireOneOf(path, "model.generate.arch", arch, {"qwen2", "llama", "qwen3"});
         // Checked here so the message names this file; the generated config.json is checked again on load.
         using Bound = std::tuple<const char*, int64_t, int64_t>;  // field, value, largest allowed
-        for (const auto& [key, value, most] : {Bound{"hidden_size", hidden, 8192}, Bound{"layers", layers, 256},
-                                               Bound{"heads", heads, 256}, Bound{"kv_heads", kvHeads, 256},
-                                               Bound{"intermediate_size", intermediate, 65536}})
+        for (const auto& [key, value, most] :
+             {Bound{"hidden_size", hidden, 8192}, Bound{"layers", layers, 256}, Bound{"heads", heads, 256},
+              Bound{"kv_heads", kvHeads, 256}, Bound{"intermediate_size", intermediate, 65536}})
             if (value < 1 || value > most)
-                gen.fail(key, "must be an integer from 1 to " + std::to_string(most) + " (is " + std::to_string(value) + ")");
+                gen.fail(key, "must be an integer from 1 to " + std::to_string(most) + " (is " + std::to_string(value) +
+                                  ")");
         if (heads % kvHeads != 0) gen.fail("kv_heads", "must divide heads");
         if (hidden % heads != 0 || (hidden / heads) % 2 != 0)
             gen.fail("hidden_size", "must be heads times an even head size");
         c.generateModel = true;
-        c.generateSpec = {{"arch", arch}, {"seed", seed}, {"hidden_size", hidden}, {"layers", layers},
-                          {"heads", heads}, {"kv_heads", kvHeads}, {"intermediate_size", intermediate}};
+        c.generateSpec = {{"arch", arch},
+                          {"seed", seed},
+                          {"hidden_size", hidden},
+                          {"layers", layers},
+                          {"heads", heads},
+                          {"kv_heads", kvHeads},
+                          {"intermediate_size", intermediate}};
     }
     if (c.modelDir.empty()) model.fail("dir", "is required");
     c.modelDir = resolve(base, c.modelDir);
@@ -175,7 +185,8 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
     boundary.read("fraction", c.boundaryFraction);
     boundary.rejectUnknown();
     requireOneOf(path, "boundary.rule", c.boundaryRule, {"marker", "offset", "fraction"});
-    if (c.boundaryRule == "offset" && c.boundaryOffset < 1) boundary.fail("offset", "must be a positive number of generated tokens");
+    if (c.boundaryRule == "offset" && c.boundaryOffset < 1)
+        boundary.fail("offset", "must be a positive number of generated tokens");
     if (c.boundaryRule == "marker" && c.boundaryMarker.empty()) boundary.fail("marker", "must not be empty");
     if (c.boundaryRule == "fraction" && (c.boundaryFraction <= 0 || c.boundaryFraction >= 1))
         boundary.fail("fraction", "must be strictly between 0 and 1");
@@ -185,7 +196,8 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
     answer.read("regex", c.answerRegex);
     answer.rejectUnknown();
     requireOneOf(path, "answer.extract", c.answerExtract, {"last_number", "regex", "boxed"});
-    if (c.answerExtract == "regex" && c.answerRegex.empty()) answer.fail("regex", "is required when extract = \"regex\"");
+    if (c.answerExtract == "regex" && c.answerRegex.empty())
+        answer.fail("regex", "is required when extract = \"regex\"");
     if (c.answerExtract == "regex") {  // found now, not after a model has generated every item
         try {
             const std::regex compiled(c.answerRegex);
@@ -224,13 +236,15 @@ namespace {
 void removeAbandonedStagingFolders(const fs::path& target) {
     const std::string prefix = target.filename().string() + ".", suffix = ".partial";
     std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(target.parent_path().empty() ? fs::path(".") : target.parent_path(), ec)) {
+    for (const auto& entry :
+         fs::directory_iterator(target.parent_path().empty() ? fs::path(".") : target.parent_path(), ec)) {
         const std::string name = entry.path().filename().string();
         if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
             name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
             continue;
         const auto pid = parseNonNegativeInt(name.substr(prefix.size(), name.size() - prefix.size() - suffix.size()));
-        if (pid && *pid > 0 && *pid < (int64_t{1} << 31) && ::kill(static_cast<pid_t>(*pid), 0) != 0 && errno == ESRCH) {
+        if (pid && *pid > 0 && *pid < (int64_t{1} << 31) && ::kill(static_cast<pid_t>(*pid), 0) != 0 &&
+            errno == ESRCH) {
             fault::point("removal of an abandoned model staging folder");
             fs::remove_all(entry.path(), ec);
         }
@@ -248,7 +262,9 @@ void ExperimentConfig::generateModelIfMissing() const {
     if (!generateModel || fs::exists(target / "config.json")) return;
     TestModelSpec spec;
     const std::string arch = generateSpec["arch"];
-    spec.architecture = arch == "llama" ? Architecture::Llama : arch == "qwen3" ? Architecture::Qwen3 : Architecture::Qwen2;
+    spec.architecture = arch == "llama"   ? Architecture::Llama
+                        : arch == "qwen3" ? Architecture::Qwen3
+                                          : Architecture::Qwen2;
     spec.seed = generateSpec["seed"].get<std::uint64_t>();
     spec.hiddenSize = generateSpec["hidden_size"];
     spec.numLayers = generateSpec["layers"];
@@ -267,8 +283,9 @@ void ExperimentConfig::generateModelIfMissing() const {
     if (ec) {
         fs::remove_all(staging);
         if (!fs::exists(target / "config.json"))
-            throw ConfigError(modelDir + ": cannot put the generated model there (" + ec.message() +
-                              "); the folder is in the way but holds no config.json - remove it or choose another model.dir");
+            throw ConfigError(
+                modelDir + ": cannot put the generated model there (" + ec.message() +
+                "); the folder is in the way but holds no config.json - remove it or choose another model.dir");
         return;  // another process put the same model there first
     }
     syncParentFolder(target.string());
@@ -277,15 +294,33 @@ void ExperimentConfig::generateModelIfMissing() const {
 nlohmann::json ExperimentConfig::toJson() const {
     return {{"name", name},
             {"source", sourcePath},
-            {"model", {{"dir", modelDir}, {"dtypes", dtypes}, {"device", device}, {"generate", generateModel ? generateSpec : nlohmann::json(nullptr)}}},
+            {"model",
+             {{"dir", modelDir},
+              {"dtypes", dtypes},
+              {"device", device},
+              {"generate", generateModel ? generateSpec : nlohmann::json(nullptr)}}},
             {"dataset", {{"path", datasetPath}, {"chat_template", chatTemplate}}},
-            {"generation", {{"max_new_tokens", maxNewTokens}, {"stop", stopStrings}, {"ignore_eos", ignoreEos}, {"temperature", sampling.temperature},
-                            {"top_k", sampling.topK}, {"top_p", sampling.topP}, {"seed", sampling.seed}}},
-            {"boundary", {{"rule", boundaryRule}, {"marker", boundaryMarker}, {"offset", boundaryOffset}, {"fraction", boundaryFraction}}},
+            {"generation",
+             {{"max_new_tokens", maxNewTokens},
+              {"stop", stopStrings},
+              {"ignore_eos", ignoreEos},
+              {"temperature", sampling.temperature},
+              {"top_k", sampling.topK},
+              {"top_p", sampling.topP},
+              {"seed", sampling.seed}}},
+            {"boundary",
+             {{"rule", boundaryRule},
+              {"marker", boundaryMarker},
+              {"offset", boundaryOffset},
+              {"fraction", boundaryFraction}}},
             {"answer", {{"extract", answerExtract}, {"regex", answerRegex}}},
             {"protocols", std::vector<std::string>(protocols.begin(), protocols.end())},
-            {"transplant", {{"layers", transplantLayers}, {"kv", transplantKv}, {"selection", transplantSelection},
-                            {"sample_fraction", transplantSampleFraction}, {"seed", transplantSeed}}}};
+            {"transplant",
+             {{"layers", transplantLayers},
+              {"kv", transplantKv},
+              {"selection", transplantSelection},
+              {"sample_fraction", transplantSampleFraction},
+              {"seed", transplantSeed}}}};
 }
 
 }  // namespace kvscope::experiments

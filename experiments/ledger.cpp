@@ -105,7 +105,9 @@ Ledger::Ledger(const std::string& path, LedgerAccess access) : path_(path) {
     if (version.empty() && access == LedgerAccess::ReadOnly)
         closeAndThrow(path + ": not a kvscope ledger (an SQLite database without kvscope's meta.schema_version)");
     if (version.empty()) {
-        Statement(db_, "INSERT INTO meta(key, value) VALUES('schema_version', ?)", path_).bind(1, std::to_string(kSchemaVersion)).step();
+        Statement(db_, "INSERT INTO meta(key, value) VALUES('schema_version', ?)", path_)
+            .bind(1, std::to_string(kSchemaVersion))
+            .step();
         return;
     }
     if (version != std::to_string(kSchemaVersion))
@@ -154,8 +156,10 @@ void Ledger::exec(const std::string& sql) const {
 
 std::vector<RunInfo> Ledger::runs() const {
     std::vector<RunInfo> out;
-    Statement s(db_, "SELECT r.run_id, r.manifest, r.created, (SELECT COUNT(*) FROM items i WHERE i.run_id = r.run_id) "
-                     "FROM runs r ORDER BY r.created, r.run_id", path_);
+    Statement s(db_,
+                "SELECT r.run_id, r.manifest, r.created, (SELECT COUNT(*) FROM items i WHERE i.run_id = r.run_id) "
+                "FROM runs r ORDER BY r.created, r.run_id",
+                path_);
     while (s.step()) out.push_back({s.text(0), nlohmann::json::parse(s.text(1)), s.text(2), s.integer(3)});
     return out;
 }
@@ -173,7 +177,10 @@ RunInfo Ledger::run(const std::string& runId) const {
 
 void Ledger::createRun(const std::string& runId, const nlohmann::json& manifest) {
     Statement(db_, "INSERT INTO runs(run_id, manifest, created) VALUES(?, ?, ?)", path_)
-        .bind(1, runId).bind(2, manifest.dump()).bind(3, nowUtc()).step();
+        .bind(1, runId)
+        .bind(2, manifest.dump())
+        .bind(3, nowUtc())
+        .step();
 }
 
 std::set<std::string> Ledger::finishedItems(const std::string& runId) const {
@@ -187,17 +194,36 @@ std::set<std::string> Ledger::finishedItems(const std::string& runId) const {
 void Ledger::recordItem(const std::string& runId, const ItemRecord& item) {
     exec("BEGIN IMMEDIATE");
     try {
-        Statement(db_, "INSERT INTO items(run_id, item_id, item_index, status, seconds, tokens) VALUES(?,?,?,?,?,?)", path_)
-            .bind(1, runId).bind(2, item.itemId).bind(3, item.index).bind(4, item.status).bind(5, item.seconds).bind(6, item.tokens).step();
+        Statement(db_, "INSERT INTO items(run_id, item_id, item_index, status, seconds, tokens) VALUES(?,?,?,?,?,?)",
+                  path_)
+            .bind(1, runId)
+            .bind(2, item.itemId)
+            .bind(3, item.index)
+            .bind(4, item.status)
+            .bind(5, item.seconds)
+            .bind(6, item.tokens)
+            .step();
         for (auto it = item.results.begin(); it != item.results.end(); ++it)
             Statement(db_, "INSERT INTO results(run_id, item_id, protocol, data) VALUES(?,?,?,?)", path_)
-                .bind(1, runId).bind(2, item.itemId).bind(3, it.key()).bind(4, it.value().dump()).step();
+                .bind(1, runId)
+                .bind(2, item.itemId)
+                .bind(3, it.key())
+                .bind(4, it.value().dump())
+                .step();
         for (const auto& [name, ids] : item.trajectories)
             Statement(db_, "INSERT INTO trajectories(run_id, item_id, name, ids) VALUES(?,?,?,?)", path_)
-                .bind(1, runId).bind(2, item.itemId).bind(3, name).bindIds(4, ids).step();
+                .bind(1, runId)
+                .bind(2, item.itemId)
+                .bind(3, name)
+                .bindIds(4, ids)
+                .step();
         for (const auto& [name, value] : item.fingerprints)
             Statement(db_, "INSERT INTO fingerprints(run_id, item_id, name, value) VALUES(?,?,?,?)", path_)
-                .bind(1, runId).bind(2, item.itemId).bind(3, name).bind(4, value).step();
+                .bind(1, runId)
+                .bind(2, item.itemId)
+                .bind(3, name)
+                .bind(4, value)
+                .step();
         exec("COMMIT");
     } catch (...) {
         exec("ROLLBACK");
@@ -208,7 +234,9 @@ void Ledger::recordItem(const std::string& runId, const ItemRecord& item) {
 std::vector<ItemRecord> Ledger::items(const std::string& runId) const {
     std::vector<ItemRecord> out;
     std::map<std::string, std::size_t> at;
-    Statement s(db_, "SELECT item_id, item_index, status, seconds, tokens FROM items WHERE run_id = ? ORDER BY item_index", path_);
+    Statement s(db_,
+                "SELECT item_id, item_index, status, seconds, tokens FROM items WHERE run_id = ? ORDER BY item_index",
+                path_);
     s.bind(1, runId);
     while (s.step()) {
         ItemRecord r;
@@ -236,17 +264,21 @@ std::vector<ItemRecord> Ledger::items(const std::string& runId) const {
 void Ledger::overwriteTrajectory(const std::string& runId, const std::string& itemId, const std::string& name,
                                  const std::vector<int64_t>& ids) {
     Statement(db_, "UPDATE trajectories SET ids = ? WHERE run_id = ? AND item_id = ? AND name = ?", path_)
-        .bindIds(1, ids).bind(2, runId).bind(3, itemId).bind(4, name).step();
+        .bindIds(1, ids)
+        .bind(2, runId)
+        .bind(3, itemId)
+        .bind(4, name)
+        .step();
 }
 
-void Ledger::snapshotTo(const std::string& path) const {
-    Statement(db_, "VACUUM INTO ?", path_).bind(1, path).step();
-}
+void Ledger::snapshotTo(const std::string& path) const { Statement(db_, "VACUUM INTO ?", path_).bind(1, path).step(); }
 
 void Ledger::mergeFrom(const Ledger& other) {
     for (const RunInfo& r : other.runs()) {
-        if (!hasRun(r.runId)) createRun(r.runId, r.manifest);
-        else if (run(r.runId).manifest != r.manifest) throw UsageError("run " + r.runId + " has different manifests in the two ledgers");
+        if (!hasRun(r.runId))
+            createRun(r.runId, r.manifest);
+        else if (run(r.runId).manifest != r.manifest)
+            throw UsageError("run " + r.runId + " has different manifests in the two ledgers");
         const auto have = finishedItems(r.runId);
         const auto mine = items(r.runId);
         for (const ItemRecord& item : other.items(r.runId)) {
@@ -256,8 +288,10 @@ void Ledger::mergeFrom(const Ledger& other) {
             }
             for (const auto& existing : mine)
                 if (existing.itemId == item.itemId &&
-                    (existing.results != item.results || existing.trajectories != item.trajectories || existing.fingerprints != item.fingerprints))
-                    throw UsageError("item '" + item.itemId + "' of run " + r.runId + " differs between " + path_ + " and " + other.path());
+                    (existing.results != item.results || existing.trajectories != item.trajectories ||
+                     existing.fingerprints != item.fingerprints))
+                    throw UsageError("item '" + item.itemId + "' of run " + r.runId + " differs between " + path_ +
+                                     " and " + other.path());
         }
     }
 }
@@ -283,11 +317,12 @@ LedgerWriteLock::LedgerWriteLock(const std::string& ledgerPath) {
             const std::string holder = lockHolder(fd_);
             ::close(fd_);
             fd_ = -1;
-            throw UsageError(ledgerPath + ": another kvscope run (" + holder + ") is writing this ledger; wait for it to finish or use another ledger");
+            throw UsageError(ledgerPath + ": another kvscope run (" + holder +
+                             ") is writing this ledger; wait for it to finish or use another ledger");
         }
         // Whoever held the lock before may have replaced the file; a lock on a file no longer at
         // `path` excludes nobody, so take the one that is there now.
-        struct stat held {}, current {};
+        struct stat held{}, current{};
         if (::fstat(fd_, &held) == 0 && ::stat(path.c_str(), &current) == 0 && held.st_ino == current.st_ino) break;
         ::close(fd_);
     }
@@ -328,7 +363,8 @@ std::vector<RunInfo> mergeLedgers(const std::string& outPath, const std::vector<
         throw;
     }
     fault::point("rename of a merged ledger into place");
-    if (std::rename(partial.c_str(), outPath.c_str()) != 0) throw FormatError(outPath + ": cannot move the merged ledger into place");
+    if (std::rename(partial.c_str(), outPath.c_str()) != 0)
+        throw FormatError(outPath + ": cannot move the merged ledger into place");
     syncParentFolder(outPath);
     return runs;
 }

@@ -29,8 +29,9 @@ nlohmann::json buildManifest(const ExperimentConfig& config) {
     resolved["model"]["dir"] = fs::path(config.modelDir).filename().string();
     resolved["dataset"]["path"] = fs::path(config.datasetPath).filename().string();
     resolved.erase("source");
-    return {{"identity", {{"config", resolved}, {"files", files}, {"kvscope_version", kvscopeVersion()}}},
-            {"paths", {{"experiment", config.sourcePath}, {"model", config.modelDir}, {"dataset", config.datasetPath}}}};
+    return {
+        {"identity", {{"config", resolved}, {"files", files}, {"kvscope_version", kvscopeVersion()}}},
+        {"paths", {{"experiment", config.sourcePath}, {"model", config.modelDir}, {"dataset", config.datasetPath}}}};
 }
 
 std::string runIdOf(const nlohmann::json& manifest) {
@@ -43,7 +44,8 @@ std::string describeManifestChange(const nlohmann::json& before, const nlohmann:
     const auto& b = after.at("identity");
     if (a == b) return "";
     for (auto it = b["files"].begin(); it != b["files"].end(); ++it)
-        if (!a["files"].contains(it.key()) || a["files"][it.key()] != it.value()) return "file " + it.key() + " changed";
+        if (!a["files"].contains(it.key()) || a["files"][it.key()] != it.value())
+            return "file " + it.key() + " changed";
     for (auto it = a["files"].begin(); it != a["files"].end(); ++it)
         if (!b["files"].contains(it.key())) return "file " + it.key() + " is gone";
     if (a["kvscope_version"] != b["kvscope_version"]) return "kvscope version changed";

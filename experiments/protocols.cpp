@@ -36,11 +36,14 @@ int64_t boundaryIndex(const ItemContext& ctx, const std::vector<int64_t>& trace)
     const ExperimentConfig& c = ctx.config;
     const auto n = static_cast<int64_t>(trace.size());
     int64_t b = 0;
-    if (c.boundaryRule == "offset") b = c.boundaryOffset <= n ? c.boundaryOffset : 0;
-    else if (c.boundaryRule == "fraction") b = static_cast<int64_t>(c.boundaryFraction * static_cast<double>(n));
+    if (c.boundaryRule == "offset")
+        b = c.boundaryOffset <= n ? c.boundaryOffset : 0;
+    else if (c.boundaryRule == "fraction")
+        b = static_cast<int64_t>(c.boundaryFraction * static_cast<double>(n));
     else
         for (int64_t k = 1; k <= n && b == 0; ++k)  // the shortest prefix whose text contains the marker
-            if (ctx.tokenizer.decode({trace.begin(), trace.begin() + k}).find(c.boundaryMarker) != std::string::npos) b = k;
+            if (ctx.tokenizer.decode({trace.begin(), trace.begin() + k}).find(c.boundaryMarker) != std::string::npos)
+                b = k;
     return (b > 0 && b < n) ? b : 0;
 }
 
@@ -59,9 +62,11 @@ struct Side {
     bool correct = false;
 };
 
-Side finishSide(const ItemContext& ctx, const DatasetItem& item, const std::vector<int64_t>& tracePrefix, GenerationResult r) {
+Side finishSide(const ItemContext& ctx, const DatasetItem& item, const std::vector<int64_t>& tracePrefix,
+                GenerationResult r) {
     Side s;
-    s.answer = extractAnswer(ctx.tokenizer.decode(concat(tracePrefix, r.ids)), ctx.config.answerExtract, ctx.config.answerRegex);
+    s.answer = extractAnswer(ctx.tokenizer.decode(concat(tracePrefix, r.ids)), ctx.config.answerExtract,
+                             ctx.config.answerRegex);
     s.correct = s.answer && answersMatch(*s.answer, item.answer);
     s.suffix = std::move(r);
     return s;
@@ -78,7 +83,8 @@ bool selectedForTransplant(const ExperimentConfig& c, const std::string& id) {
     if (c.transplantSelection == "all") return true;
     const std::string key = std::to_string(c.transplantSeed) + "|" + id;
     const std::string h = sha256Hex(key.data(), key.size());
-    return static_cast<double>(std::stoull(h.substr(0, 12), nullptr, 16)) / static_cast<double>(1ull << 48) < c.transplantSampleFraction;
+    return static_cast<double>(std::stoull(h.substr(0, 12), nullptr, 16)) / static_cast<double>(1ull << 48) <
+           c.transplantSampleFraction;
 }
 
 // ---- the protocols ----------------------------------------------------------------------------
@@ -88,14 +94,17 @@ struct Prefix {
     int64_t boundary = 0, budget = 0;         // budget: tokens left to continue
 };
 
-json runMatched(const ItemContext& ctx, const DatasetItem& item, const Prefix& p, const Side& live, const Side& prefill) {
+json runMatched(const ItemContext& ctx, const DatasetItem& item, const Prefix& p, const Side& live,
+                const Side& prefill) {
     const Transformer& m = ctx.model(ctx.config.dtypes.front());
     const std::vector<int64_t> generated(p.trace.begin(), p.trace.begin() + p.boundary);
     const StopRules stops = stopRules(ctx, m, p.budget);
     // Replicas: the same inputs from scratch must give the same tokens.
-    const GenerationResult liveAgain = continueFrom(m, buildLiveCache(m, p.prompt, p.boundary, ctx.config.sampling), ctx.config.sampling, stops);
-    const GenerationResult prefillAgain = continueFrom(
-        m, buildCache(m, p.ids, Construction::parse("prefill"), static_cast<int64_t>(p.prompt.size())), ctx.config.sampling, stops);
+    const GenerationResult liveAgain =
+        continueFrom(m, buildLiveCache(m, p.prompt, p.boundary, ctx.config.sampling), ctx.config.sampling, stops);
+    const GenerationResult prefillAgain =
+        continueFrom(m, buildCache(m, p.ids, Construction::parse("prefill"), static_cast<int64_t>(p.prompt.size())),
+                     ctx.config.sampling, stops);
     const int64_t div = firstDivergence(live.suffix.ids, prefill.suffix.ids);
     return {{"suffix_equal", div < 0},
             {"first_divergence", div < 0 ? json(nullptr) : json(div)},
@@ -121,8 +130,10 @@ json runFixedPrefix2x2(const ItemContext& ctx, const Prefix& p) {
     for (const char* dtype : {"bf16", "fp32"}) {
         const Transformer& m = ctx.model(dtype);
         const StopRules stops = stopRules(ctx, m, p.budget);
-        const auto inc = continueFrom(m, buildCache(m, p.ids, Construction::parse("incremental"), P), ctx.config.sampling, stops);
-        const auto pre = continueFrom(m, buildCache(m, p.ids, Construction::parse("prefill"), P), ctx.config.sampling, stops);
+        const auto inc =
+            continueFrom(m, buildCache(m, p.ids, Construction::parse("incremental"), P), ctx.config.sampling, stops);
+        const auto pre =
+            continueFrom(m, buildCache(m, p.ids, Construction::parse("prefill"), P), ctx.config.sampling, stops);
         const int64_t div = firstDivergence(inc.ids, pre.ids);
         out[dtype] = {{"disagree", div >= 0}, {"first_divergence", div < 0 ? json(nullptr) : json(div)}};
     }
@@ -140,13 +151,18 @@ json runTransplant(const ItemContext& ctx, const Prefix& p, const KvCache& live,
     const auto intoLive = continueFrom(m, transplant(live, prefill, spec), ctx.config.sampling, stops).ids;
     return {{"layers", ctx.config.transplantLayers},
             {"kv", ctx.config.transplantKv},
-            {"prefill_from_live", {{"follows_donor", intoPrefill == liveSide.suffix.ids}, {"follows_recipient", intoPrefill == prefillSide.suffix.ids}}},
-            {"live_from_prefill", {{"follows_donor", intoLive == prefillSide.suffix.ids}, {"follows_recipient", intoLive == liveSide.suffix.ids}}}};
+            {"prefill_from_live",
+             {{"follows_donor", intoPrefill == liveSide.suffix.ids},
+              {"follows_recipient", intoPrefill == prefillSide.suffix.ids}}},
+            {"live_from_prefill",
+             {{"follows_donor", intoLive == prefillSide.suffix.ids},
+              {"follows_recipient", intoLive == liveSide.suffix.ids}}}};
 }
 
 // Smallest contiguous layer range [lo, hi) whose transplant (prefill <- live) reproduces the live
 // suffix, by bisection on hi then lo, then K alone and V alone on that range.
-json runLocalize(const ItemContext& ctx, const Prefix& p, const KvCache& live, const KvCache& prefill, const Side& liveSide) {
+json runLocalize(const ItemContext& ctx, const Prefix& p, const KvCache& live, const KvCache& prefill,
+                 const Side& liveSide) {
     const Transformer& m = ctx.model(ctx.config.dtypes.front());
     const StopRules stops = stopRules(ctx, m, p.budget);
     int tests = 0;
@@ -162,19 +178,25 @@ json runLocalize(const ItemContext& ctx, const Prefix& p, const KvCache& live, c
     int64_t lo = 0, hi = L;
     for (int64_t a = 1, b = L; a < b;) {  // smallest hi with [0, hi) sufficient
         const int64_t mid = (a + b) / 2;
-        if (follows(0, mid, "kv")) b = mid;
-        else a = mid + 1;
+        if (follows(0, mid, "kv"))
+            b = mid;
+        else
+            a = mid + 1;
         hi = b;
     }
     for (int64_t a = 0, b = hi - 1; a < b;) {  // largest lo with [lo, hi) sufficient
         const int64_t mid = (a + b + 1) / 2;
-        if (follows(mid, hi, "kv")) a = mid;
-        else b = mid - 1;
+        if (follows(mid, hi, "kv"))
+            a = mid;
+        else
+            b = mid - 1;
         lo = a;
     }
     std::string kv = "kv";
-    if (follows(lo, hi, "k")) kv = "k";
-    else if (follows(lo, hi, "v")) kv = "v";
+    if (follows(lo, hi, "k"))
+        kv = "k";
+    else if (follows(lo, hi, "v"))
+        kv = "v";
     std::vector<int64_t> layers;
     for (int64_t l = lo; l < hi; ++l) layers.push_back(l);
     return {{"found", true}, {"layers", layers}, {"kv", kv}, {"tests", tests}};
@@ -205,16 +227,17 @@ BoundaryState rebuildBoundary(const ItemContext& ctx, const std::vector<int64_t>
     b.budget = std::max<int64_t>(1, c.maxNewTokens - boundary);
     b.live = buildLiveCache(m, prompt, boundary, c.sampling);
     if (b.live.ids() != b.prefix)
-        throw UsageError("decoding the prompt again does not reproduce the stored trace up to the boundary "
-                         "(different model, precision or sampling than the run?)");
+        throw UsageError(
+            "decoding the prompt again does not reproduce the stored trace up to the boundary "
+            "(different model, precision or sampling than the run?)");
     b.prefill = buildCache(m, b.prefix, Construction::parse("prefill"), static_cast<int64_t>(prompt.size()));
     b.liveSuffix = continueWithRunRules(ctx, b.live, b.budget);
     b.prefillSuffix = continueWithRunRules(ctx, b.prefill, b.budget);
     return b;
 }
 
-GenerationResult continueWithRunRules(const ItemContext& ctx, const KvCache& cache, int64_t budget, const TokenCallback& onToken,
-                                      const std::string& dtype) {
+GenerationResult continueWithRunRules(const ItemContext& ctx, const KvCache& cache, int64_t budget,
+                                      const TokenCallback& onToken, const std::string& dtype) {
     const Transformer& m = ctx.model(dtype.empty() ? ctx.config.dtypes.front() : dtype);
     return continueFrom(m, cache, ctx.config.sampling, stopRules(ctx, m, budget), onToken);
 }
@@ -235,7 +258,8 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
     p.boundary = boundaryIndex(ctx, p.trace);
     rec.trajectories["prompt"] = p.prompt;
     rec.trajectories["trace"] = p.trace;
-    rec.results["trace"] = {{"length", p.trace.size()}, {"stop_reason", stopReasonName(trace.stopReason)},
+    rec.results["trace"] = {{"length", p.trace.size()},
+                            {"stop_reason", stopReasonName(trace.stopReason)},
                             {"boundary", p.boundary ? json(p.boundary) : json(nullptr)}};
     rec.tokens = static_cast<int64_t>(p.trace.size());
     if (p.boundary == 0) {
@@ -274,9 +298,11 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
     rec.fingerprints["comparison"] = sha256Hex(comparison.data(), comparison.size());
     if (!ctx.keepCachesDir.empty()) {
         std::filesystem::create_directories(ctx.keepCachesDir);
-        for (const auto& [name, cache] : {std::pair<const char*, const KvCache*>{"live", &live}, {"prefill", &prefill}}) {
+        for (const auto& [name, cache] :
+             {std::pair<const char*, const KvCache*>{"live", &live}, {"prefill", &prefill}}) {
             const std::string path =
-                (std::filesystem::path(ctx.keepCachesDir) / (fileNameComponent(item.id) + "." + name + ".safetensors")).string();
+                (std::filesystem::path(ctx.keepCachesDir) / (fileNameComponent(item.id) + "." + name + ".safetensors"))
+                    .string();
             saveCache(*cache, path);
             rec.results["caches"][name] = path;
         }
@@ -306,7 +332,8 @@ std::vector<std::string> auditItem(const ItemContext& ctx, const DatasetItem& it
     }
     for (const auto& [name, value] : stored.fingerprints) {
         auto it = again.fingerprints.find(name);
-        if (it == again.fingerprints.end() || it->second != value) mismatches.push_back("fingerprint '" + name + "' differs");
+        if (it == again.fingerprints.end() || it->second != value)
+            mismatches.push_back("fingerprint '" + name + "' differs");
     }
     return mismatches;
 }

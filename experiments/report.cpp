@@ -15,7 +15,8 @@ json quantiles(std::vector<double> v) {
     if (v.empty()) return {{"n", 0}};
     std::sort(v.begin(), v.end());
     auto q = [&](double f) { return v[static_cast<std::size_t>(std::floor(f * static_cast<double>(v.size() - 1)))]; };
-    return {{"n", v.size()}, {"min", v.front()}, {"p10", q(0.1)}, {"median", q(0.5)}, {"p90", q(0.9)}, {"max", v.back()}};
+    return {{"n", v.size()},    {"min", v.front()}, {"p10", q(0.1)},
+            {"median", q(0.5)}, {"p90", q(0.9)},    {"max", v.back()}};
 }
 
 double fraction(int64_t k, int64_t n) { return n ? static_cast<double>(k) / static_cast<double>(n) : 0.0; }
@@ -36,11 +37,16 @@ json matchedTable(const std::vector<ItemRecord>& items) {
         live.push_back(m["correct_live"]);
         prefill.push_back(m["correct_prefill"]);
         const auto margins = m["margins_live"].get<std::vector<double>>();
-        const int64_t div = m["first_divergence"].is_null() ? static_cast<int64_t>(margins.size()) : m["first_divergence"].get<int64_t>();
-        for (int64_t i = 0; i < std::min<int64_t>(div, static_cast<int64_t>(margins.size())); ++i) nonDivergent.push_back(margins[i]);
+        const int64_t div = m["first_divergence"].is_null() ? static_cast<int64_t>(margins.size())
+                                                            : m["first_divergence"].get<int64_t>();
+        for (int64_t i = 0; i < std::min<int64_t>(div, static_cast<int64_t>(margins.size())); ++i)
+            nonDivergent.push_back(margins[i]);
         if (!m["at_divergence"]["live"].is_null()) atDivergence.push_back(m["at_divergence"]["live"]["margin"]);
     }
-    json t = {{"n", n}, {"no_boundary", noBoundary}, {"suffix_differ", suffixDiffer}, {"label_differ", labelDiffer},
+    json t = {{"n", n},
+              {"no_boundary", noBoundary},
+              {"suffix_differ", suffixDiffer},
+              {"label_differ", labelDiffer},
               {"replicas_exact", {{"live", replicaLive}, {"prefill", replicaPrefill}}},
               {"margins", {{"at_divergence", quantiles(atDivergence)}, {"non_divergent", quantiles(nonDivergent)}}}};
     if (n == 0) return t;
@@ -98,7 +104,9 @@ json transplantTable(const std::vector<ItemRecord>& items) {
         intoLive += t["live_from_prefill"]["follows_donor"].get<bool>();
     }
     follows = intoPrefill + intoLive;
-    return {{"n", n}, {"follows_donor", follows}, {"items", items_},
+    return {{"n", n},
+            {"follows_donor", follows},
+            {"items", items_},
             {"prefill_from_live", {{"n", items_}, {"follows_donor", intoPrefill}}},
             {"live_from_prefill", {{"n", items_}, {"follows_donor", intoLive}}}};
 }
@@ -144,24 +152,29 @@ std::string reportMarkdown(const json& r) {
     };
     const json& m = r["matched"];
     s << "# kvscope report: " << r["experiment"].get<std::string>() << " (run " << r["run"].get<std::string>() << ", "
-      << r["items"] << " items)\n\n## matched (live vs one-shot prefill of the same prefix)\n\n| measure | value |\n|---|---|\n"
+      << r["items"]
+      << " items)\n\n## matched (live vs one-shot prefill of the same prefix)\n\n| measure | value |\n|---|---|\n"
       << "| items compared | " << m["n"] << " |\n| trace never reached the boundary | " << m["no_boundary"] << " |\n"
       << "| suffixes differ | " << m["suffix_differ"] << " / " << m["n"] << " |\n"
       << "| correctness labels differ | " << m["label_differ"] << " / " << m["n"] << " |\n"
-      << "| exact replicas (live / prefill) | " << m["replicas_exact"]["live"] << " / " << m["replicas_exact"]["prefill"] << " |\n";
+      << "| exact replicas (live / prefill) | " << m["replicas_exact"]["live"] << " / "
+      << m["replicas_exact"]["prefill"] << " |\n";
     if (m.contains("accuracy_live"))
         s << "| accuracy live / prefill | " << pct(m["accuracy_live"]) << " / " << pct(m["accuracy_prefill"]) << " |\n"
-          << "| accuracy difference (95% paired bootstrap CI) | " << pct(m["accuracy_diff"]) << " [" << pct(m["accuracy_diff_ci"][0])
-          << ", " << pct(m["accuracy_diff_ci"][1]) << "] |\n"
-          << "| Newcombe paired CI | [" << pct(m["accuracy_diff_newcombe_ci"][0]) << ", " << pct(m["accuracy_diff_newcombe_ci"][1]) << "] |\n"
+          << "| accuracy difference (95% paired bootstrap CI) | " << pct(m["accuracy_diff"]) << " ["
+          << pct(m["accuracy_diff_ci"][0]) << ", " << pct(m["accuracy_diff_ci"][1]) << "] |\n"
+          << "| Newcombe paired CI | [" << pct(m["accuracy_diff_newcombe_ci"][0]) << ", "
+          << pct(m["accuracy_diff_newcombe_ci"][1]) << "] |\n"
           << "| exact McNemar p | " << m["mcnemar_p"] << " |\n";
     s << "\n### top-1/top-2 margin (live side)\n\n| where | n | median | p10 | p90 |\n|---|---|---|---|---|\n";
     for (const char* where : {"at_divergence", "non_divergent"}) {
         const json& q = m["margins"][where];
         s << "| " << where << " | " << q["n"] << " | " << (q.contains("median") ? q["median"].dump() : "-") << " | "
-          << (q.contains("p10") ? q["p10"].dump() : "-") << " | " << (q.contains("p90") ? q["p90"].dump() : "-") << " |\n";
+          << (q.contains("p10") ? q["p10"].dump() : "-") << " | " << (q.contains("p90") ? q["p90"].dump() : "-")
+          << " |\n";
     }
-    s << "\n## fixed_prefix_2x2 (construction x precision)\n\n| precision | n | decoded disagreements | Wilson 95% upper |\n|---|---|---|---|\n";
+    s << "\n## fixed_prefix_2x2 (construction x precision)\n\n| precision | n | decoded disagreements | Wilson 95% "
+         "upper |\n|---|---|---|---|\n";
     for (const char* d : {"bf16", "fp32"}) {
         const json& row = r["fixed_prefix_2x2"][d];
         s << "| " << d << " | " << row["n"] << " | " << row["disagree"] << " | "
@@ -170,17 +183,22 @@ std::string reportMarkdown(const json& r) {
     s << "\n## bridge, audit, transplant, localize\n\n| protocol | result |\n|---|---|\n"
       << "| bridge: incremental == live, bit-exact | " << r["bridge"]["exact"] << " / " << r["bridge"]["n"] << " |\n"
       << "| audit: replay reproduced | " << r["audit"]["reproduced"] << " / " << r["audit"]["n"] << " |\n"
-      << "| transplant: continuation follows its cache donor | " << r["transplant"]["follows_donor"] << " / " << r["transplant"]["n"] << " |\n"
-      << "| localize: items with a sufficient layer range | " << r["localize"]["layers_needed"].size() << " / " << r["localize"]["n"] << " |\n";
+      << "| transplant: continuation follows its cache donor | " << r["transplant"]["follows_donor"] << " / "
+      << r["transplant"]["n"] << " |\n"
+      << "| localize: items with a sufficient layer range | " << r["localize"]["layers_needed"].size() << " / "
+      << r["localize"]["n"] << " |\n";
     return s.str();
 }
 
 std::string itemsCsv(const std::vector<ItemRecord>& items) {
     std::ostringstream s;
     s << "item_id,status,boundary,suffix_equal,first_divergence,margin_at_divergence,correct_live,correct_prefill,"
-         "replica_live_exact,replica_prefill_exact,bridge_exact,disagree_bf16,disagree_fp32,transplant_prefill_follows_live,"
+         "replica_live_exact,replica_prefill_exact,bridge_exact,disagree_bf16,disagree_fp32,transplant_prefill_follows_"
+         "live,"
          "transplant_live_follows_prefill,localize_layers,audit_reproduced,seconds\n";
-    auto field = [](const json& j) { return j.is_null() ? std::string() : j.is_string() ? j.get<std::string>() : j.dump(); };
+    auto field = [](const json& j) {
+        return j.is_null() ? std::string() : j.is_string() ? j.get<std::string>() : j.dump();
+    };
     auto get = [](const json& r, std::initializer_list<const char*> path) {
         const json* at = &r;
         for (const char* key : path) {
@@ -195,10 +213,12 @@ std::string itemsCsv(const std::vector<ItemRecord>& items) {
         for (const auto& l : get(r, {"localize", "layers"})) layers += (layers.empty() ? "" : " ") + l.dump();
         s << '"' << it.itemId << "\"," << it.status << ',' << field(get(r, {"trace", "boundary"})) << ','
           << field(get(r, {"matched", "suffix_equal"})) << ',' << field(get(r, {"matched", "first_divergence"})) << ','
-          << field(get(r, {"matched", "at_divergence", "live", "margin"})) << ',' << field(get(r, {"matched", "correct_live"})) << ','
-          << field(get(r, {"matched", "correct_prefill"})) << ',' << field(get(r, {"matched", "replica_live_exact"})) << ','
+          << field(get(r, {"matched", "at_divergence", "live", "margin"})) << ','
+          << field(get(r, {"matched", "correct_live"})) << ',' << field(get(r, {"matched", "correct_prefill"})) << ','
+          << field(get(r, {"matched", "replica_live_exact"})) << ','
           << field(get(r, {"matched", "replica_prefill_exact"})) << ',' << field(get(r, {"bridge", "exact"})) << ','
-          << field(get(r, {"fixed_prefix_2x2", "bf16", "disagree"})) << ',' << field(get(r, {"fixed_prefix_2x2", "fp32", "disagree"})) << ','
+          << field(get(r, {"fixed_prefix_2x2", "bf16", "disagree"})) << ','
+          << field(get(r, {"fixed_prefix_2x2", "fp32", "disagree"})) << ','
           << field(get(r, {"transplant", "prefill_from_live", "follows_donor"})) << ','
           << field(get(r, {"transplant", "live_from_prefill", "follows_donor"})) << ',' << layers << ','
           << field(get(r, {"audit", "reproduced"})) << ',' << it.seconds << '\n';

@@ -19,7 +19,8 @@ namespace kvscope::experiments {
 const Transformer& ModelPool::get(const std::string& dtype) {
     for (const auto& [name, model] : loaded_)
         if (name == dtype) return *model;
-    loaded_.emplace_back(dtype, std::make_shared<Transformer>(Transformer::load(dir_, parseDtype(dtype), parseDevice(device_))));
+    loaded_.emplace_back(
+        dtype, std::make_shared<Transformer>(Transformer::load(dir_, parseDtype(dtype), parseDevice(device_))));
     return *loaded_.back().second;
 }
 
@@ -43,8 +44,8 @@ std::string openRun(Ledger& ledger, const nlohmann::json& manifest, bool newRun,
     return runId;
 }
 
-std::vector<std::size_t> selectItems(const std::vector<DatasetItem>& items, const RunOptions& o, const std::set<std::string>& done,
-                                     int64_t& alreadyDone) {
+std::vector<std::size_t> selectItems(const std::vector<DatasetItem>& items, const RunOptions& o,
+                                     const std::set<std::string>& done, int64_t& alreadyDone) {
     std::set<std::string> wanted(o.onlyItems.begin(), o.onlyItems.end());
     for (const auto& id : wanted) {
         bool found = false;
@@ -57,8 +58,10 @@ std::vector<std::size_t> selectItems(const std::vector<DatasetItem>& items, cons
         if (static_cast<int>(i % static_cast<std::size_t>(o.shardCount)) != o.shardIndex) continue;
         if (!wanted.empty() && !wanted.count(items[i].id)) continue;
         if (o.limit >= 0 && static_cast<int64_t>(out.size()) + alreadyDone >= o.limit) break;
-        if (done.count(items[i].id)) ++alreadyDone;
-        else out.push_back(i);
+        if (done.count(items[i].id))
+            ++alreadyDone;
+        else
+            out.push_back(i);
     }
     return out;
 }
@@ -68,17 +71,21 @@ std::vector<std::size_t> selectItems(const std::vector<DatasetItem>& items, cons
 std::pair<int, int> parseShard(const std::string& text) {
     const auto slash = text.find('/');
     if (slash != std::string::npos) {
-        const auto index = parseNonNegativeInt(text.substr(0, slash)), count = parseNonNegativeInt(text.substr(slash + 1));
-        if (index && count && *index < *count && *count <= 1'000'000) return {static_cast<int>(*index), static_cast<int>(*count)};
+        const auto index = parseNonNegativeInt(text.substr(0, slash)),
+                   count = parseNonNegativeInt(text.substr(slash + 1));
+        if (index && count && *index < *count && *count <= 1'000'000)
+            return {static_cast<int>(*index), static_cast<int>(*count)};
     }
     throw UsageError("--shard must be I/N, e.g. 0/4 (got '" + text + "')");
 }
 
 RunSummary runExperiment(const ExperimentConfig& config, const RunOptions& o,
-                         const std::function<void(const RunProgress&)>& onProgress, const std::atomic<bool>& stopRequested) {
+                         const std::function<void(const RunProgress&)>& onProgress,
+                         const std::atomic<bool>& stopRequested) {
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
-    if (o.shardCount < 1 || o.shardIndex < 0 || o.shardIndex >= o.shardCount) throw UsageError("--shard must be I/N with 0 <= I < N");
+    if (o.shardCount < 1 || o.shardIndex < 0 || o.shardIndex >= o.shardCount)
+        throw UsageError("--shard must be I/N with 0 <= I < N");
     configureThreads(o.threads >= 0 ? o.threads : config.threads);
     config.generateModelIfMissing();
     const auto items = loadDataset(config.datasetPath);
@@ -93,7 +100,8 @@ RunSummary runExperiment(const ExperimentConfig& config, const RunOptions& o,
 
     ModelPool models(config.modelDir, config.device);
     const Tokenizer tokenizer = Tokenizer::fromModelDir(config.modelDir);
-    ItemContext ctx{config, tokenizer, [&](const std::string& d) -> const Transformer& { return models.get(d); }, o.keepCachesDir};
+    ItemContext ctx{config, tokenizer, [&](const std::string& d) -> const Transformer& { return models.get(d); },
+                    o.keepCachesDir};
 
     RunProgress progress;
     progress.total = static_cast<int64_t>(todo.size());
@@ -114,7 +122,8 @@ RunSummary runExperiment(const ExperimentConfig& config, const RunOptions& o,
         const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
         progress.done = summary.ran;
         progress.tokensPerSecond = elapsed > 0 ? static_cast<double>(tokens) / elapsed : 0;
-        progress.etaSeconds = elapsed / static_cast<double>(summary.ran) * static_cast<double>(progress.total - summary.ran);
+        progress.etaSeconds =
+            elapsed / static_cast<double>(summary.ran) * static_cast<double>(progress.total - summary.ran);
         progress.lastStatus = rec.status;
         onProgress(progress);
     }

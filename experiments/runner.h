@@ -45,7 +45,8 @@ struct RunSummary {
 std::pair<int, int> parseShard(const std::string& text);
 
 RunSummary runExperiment(const ExperimentConfig& config, const RunOptions& options,
-                         const std::function<void(const RunProgress&)>& onProgress, const std::atomic<bool>& stopRequested);
+                         const std::function<void(const RunProgress&)>& onProgress,
+                         const std::atomic<bool>& stopRequested);
 
 // Loads models lazily by dtype name, so a run only pays for the precisions it uses.
 class ModelPool {

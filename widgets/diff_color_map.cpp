@@ -41,8 +41,10 @@ void DiffColorMap::setGrid(HeatmapGrid grid, const QString& rowLabel, const QStr
             map_->data()->setCell(c, r, logScale ? std::max(v, floor / 2) : v);
         }
     scale_->setDataScaleType(logScale ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
-    if (logScale) scale_->axis()->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
-    else scale_->axis()->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+    if (logScale)
+        scale_->axis()->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+    else
+        scale_->axis()->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
     const double top = std::max(grid_.maxValue(), logScale ? floor : 1e-30);
     map_->setDataRange(logScale ? QCPRange(floor / 2, top) : QCPRange(0, top));
     scale_->axis()->setLabel(valueLabel);
@@ -66,12 +68,19 @@ std::optional<DiffColorMap::Cell> DiffColorMap::cellAtPixel(const QPoint& pixel)
 
 QString DiffColorMap::describeCell(const Cell& c) const {
     if (describe_) return describe_(c);
-    return tr("%1 %2, position %3: %4 = %5").arg(rowLabel_).arg(c.row).arg(c.position).arg(valueLabel_).arg(c.value, 0, 'g', 6);
+    return tr("%1 %2, position %3: %4 = %5")
+        .arg(rowLabel_)
+        .arg(c.row)
+        .arg(c.position)
+        .arg(valueLabel_)
+        .arg(c.value, 0, 'g', 6);
 }
 
 void DiffColorMap::onMouseMove(QMouseEvent* event) {
-    if (const auto cell = cellAtPixel(event->pos())) QToolTip::showText(event->globalPosition().toPoint(), describeCell(*cell), this);
-    else QToolTip::hideText();
+    if (const auto cell = cellAtPixel(event->pos()))
+        QToolTip::showText(event->globalPosition().toPoint(), describeCell(*cell), this);
+    else
+        QToolTip::hideText();
 }
 
 void DiffColorMap::onMousePress(QMouseEvent* event) {

@@ -14,27 +14,27 @@ struct Accumulator {
     int64_t n = 0;
     void add(const DiffGrid& g, std::size_t i) {
         switch (metric) {
-            case DiffMetric::MaxAbs: acc = std::max(acc, static_cast<double>(g.maxAbs[i])); break;
-            case DiffMetric::MeanAbs: acc += g.meanAbs[i]; break;
-            case DiffMetric::RelativeL2: acc += static_cast<double>(g.relL2[i]) * g.relL2[i]; break;
-            case DiffMetric::DifferingFraction: acc += g.differing[i]; break;
+        case DiffMetric::MaxAbs: acc = std::max(acc, static_cast<double>(g.maxAbs[i])); break;
+        case DiffMetric::MeanAbs: acc += g.meanAbs[i]; break;
+        case DiffMetric::RelativeL2: acc += static_cast<double>(g.relL2[i]) * g.relL2[i]; break;
+        case DiffMetric::DifferingFraction: acc += g.differing[i]; break;
         }
         ++n;
     }
     double result(int64_t headDim) const {
         if (n == 0) return 0;
         switch (metric) {
-            case DiffMetric::MaxAbs: return acc;
-            case DiffMetric::MeanAbs: return acc / static_cast<double>(n);
-            case DiffMetric::RelativeL2: return std::sqrt(acc / static_cast<double>(n));
-            case DiffMetric::DifferingFraction: return acc / static_cast<double>(n * headDim);
+        case DiffMetric::MaxAbs: return acc;
+        case DiffMetric::MeanAbs: return acc / static_cast<double>(n);
+        case DiffMetric::RelativeL2: return std::sqrt(acc / static_cast<double>(n));
+        case DiffMetric::DifferingFraction: return acc / static_cast<double>(n * headDim);
         }
         return 0;
     }
 };
 
-double cell(const CacheDiff& d, int64_t layer, int64_t headBegin, int64_t headEnd, int64_t position,
-            DiffMetric metric, KvComponent component) {
+double cell(const CacheDiff& d, int64_t layer, int64_t headBegin, int64_t headEnd, int64_t position, DiffMetric metric,
+            KvComponent component) {
     Accumulator a{metric};
     for (int64_t h = headBegin; h < headEnd; ++h) {
         const std::size_t i = d.at(layer, h, position);
@@ -48,19 +48,19 @@ double cell(const CacheDiff& d, int64_t layer, int64_t headBegin, int64_t headEn
 
 const char* metricName(DiffMetric m) {
     switch (m) {
-        case DiffMetric::MaxAbs: return "max |diff|";
-        case DiffMetric::MeanAbs: return "mean |diff|";
-        case DiffMetric::RelativeL2: return "relative L2";
-        case DiffMetric::DifferingFraction: return "differing fraction";
+    case DiffMetric::MaxAbs: return "max |diff|";
+    case DiffMetric::MeanAbs: return "mean |diff|";
+    case DiffMetric::RelativeL2: return "relative L2";
+    case DiffMetric::DifferingFraction: return "differing fraction";
     }
     return "?";
 }
 
 const char* componentName(KvComponent c) {
     switch (c) {
-        case KvComponent::Keys: return "K";
-        case KvComponent::Values: return "V";
-        case KvComponent::Both: return "K+V";
+    case KvComponent::Keys: return "K";
+    case KvComponent::Values: return "V";
+    case KvComponent::Both: return "K+V";
     }
     return "?";
 }
@@ -103,7 +103,8 @@ DisplayGrid downsampleForDisplay(const HeatmapGrid& full, int64_t maxPositions) 
         for (int64_t c = 0; c < columns; ++c) {
             const int64_t end = c + 1 < columns ? out.columnStart[static_cast<std::size_t>(c + 1)] : full.positions;
             double m = 0;
-            for (int64_t p = out.columnStart[static_cast<std::size_t>(c)]; p < end; ++p) m = std::max(m, full.value(r, p));
+            for (int64_t p = out.columnStart[static_cast<std::size_t>(c)]; p < end; ++p)
+                m = std::max(m, full.value(r, p));
             out.grid.values[static_cast<std::size_t>(r * columns + c)] = m;
         }
     return out;

@@ -20,7 +20,9 @@ const char* componentName(KvComponent component);
 struct HeatmapGrid {
     int64_t rows = 0, positions = 0;
     std::vector<double> values;
-    double value(int64_t row, int64_t position) const { return values[static_cast<std::size_t>(row * positions + position)]; }
+    double value(int64_t row, int64_t position) const {
+        return values[static_cast<std::size_t>(row * positions + position)];
+    }
     double maxValue() const;
     double minPositive() const;  // smallest value > 0 (the floor of a log scale), 0 when none
 };

@@ -34,7 +34,8 @@ QString transplantVerdict(const ItemRecord& item) {
     if (!intoPrefill || !intoLive) return {};
     if (*intoPrefill && *intoLive) return QObject::tr("follows donor");
     if (!*intoPrefill && !*intoLive) return QObject::tr("does not follow donor");
-    return *intoPrefill ? QObject::tr("follows donor: prefill<-live only") : QObject::tr("follows donor: live<-prefill only");
+    return *intoPrefill ? QObject::tr("follows donor: prefill<-live only")
+                        : QObject::tr("follows donor: live<-prefill only");
 }
 
 std::optional<double> measureOf(const ItemRecord& item, ItemMeasure measure) {
@@ -76,22 +77,24 @@ int ItemTableModel::rowOfItem(const QString& itemId) const {
     return -1;
 }
 
-int ItemTableModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : static_cast<int>(items_.size()); }
+int ItemTableModel::rowCount(const QModelIndex& parent) const {
+    return parent.isValid() ? 0 : static_cast<int>(items_.size());
+}
 int ItemTableModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : NUM_COLUMNS; }
 
 QVariant ItemTableModel::headerData(int section, Qt::Orientation orientation, int role) const {
     if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
     switch (section) {
-        case IdColumn: return tr("Item");
-        case SuffixesEqualColumn: return tr("Suffixes equal");
-        case FirstDivergenceColumn: return tr("First divergence");
-        case MarginColumn: return tr("Margin at divergence");
-        case CorrectLiveColumn: return tr("Correct (live)");
-        case CorrectPrefillColumn: return tr("Correct (prefill)");
-        case ReplicasColumn: return tr("Replicas exact");
-        case BridgeColumn: return tr("Bridge exact");
-        case TransplantColumn: return tr("Transplant");
-        case LocalizeColumn: return tr("Sufficient layers");
+    case IdColumn: return tr("Item");
+    case SuffixesEqualColumn: return tr("Suffixes equal");
+    case FirstDivergenceColumn: return tr("First divergence");
+    case MarginColumn: return tr("Margin at divergence");
+    case CorrectLiveColumn: return tr("Correct (live)");
+    case CorrectPrefillColumn: return tr("Correct (prefill)");
+    case ReplicasColumn: return tr("Replicas exact");
+    case BridgeColumn: return tr("Bridge exact");
+    case TransplantColumn: return tr("Transplant");
+    case LocalizeColumn: return tr("Sufficient layers");
     }
     return {};
 }
@@ -99,49 +102,50 @@ QVariant ItemTableModel::headerData(int section, Qt::Orientation orientation, in
 QVariant ItemTableModel::display(const ItemRecord& item, int column) const {
     const json& r = item.results;
     switch (column) {
-        case IdColumn: return QString::fromStdString(item.itemId);
-        case SuffixesEqualColumn:
-            return item.status == "no_boundary" ? tr("no boundary") : yesNo(r, {"matched", "suffix_equal"});
-        case FirstDivergenceColumn: {
-            const int d = item_results::firstDivergence(item);
-            return d < 0 ? QVariant() : QVariant(d);
-        }
-        case MarginColumn: {
-            const auto m = item_results::measureOf(item, ItemMeasure::MarginAtDivergence);
-            return m ? QVariant(QString::number(*m, 'g', 4)) : QVariant();
-        }
-        case CorrectLiveColumn: return yesNo(r, {"matched", "correct_live"});
-        case CorrectPrefillColumn: return yesNo(r, {"matched", "correct_prefill"});
-        case ReplicasColumn: {
-            const QVariant a = yesNo(r, {"matched", "replica_live_exact"}), b = yesNo(r, {"matched", "replica_prefill_exact"});
-            if (!a.isValid() || !b.isValid()) return {};
-            return a == b ? a : QVariant(tr("live %1, prefill %2").arg(a.toString(), b.toString()));
-        }
-        case BridgeColumn: return yesNo(r, {"bridge", "exact"});
-        case TransplantColumn: return item_results::transplantVerdict(item);
-        case LocalizeColumn: {
-            if (!r.contains("localize")) return {};
-            const json& l = r["localize"];
-            if (!l.value("found", false)) return tr("none found");
-            const auto layers = l.value("layers", std::vector<int64_t>());
-            if (layers.empty()) return {};
-            const QString range = layers.size() == 1 ? QString::number(layers.front())
-                                                     : QStringLiteral("%1-%2").arg(layers.front()).arg(layers.back());
-            return QStringLiteral("%1 (%2)").arg(range, QString::fromStdString(l.value("kv", std::string())));
-        }
+    case IdColumn: return QString::fromStdString(item.itemId);
+    case SuffixesEqualColumn:
+        return item.status == "no_boundary" ? tr("no boundary") : yesNo(r, {"matched", "suffix_equal"});
+    case FirstDivergenceColumn: {
+        const int d = item_results::firstDivergence(item);
+        return d < 0 ? QVariant() : QVariant(d);
+    }
+    case MarginColumn: {
+        const auto m = item_results::measureOf(item, ItemMeasure::MarginAtDivergence);
+        return m ? QVariant(QString::number(*m, 'g', 4)) : QVariant();
+    }
+    case CorrectLiveColumn: return yesNo(r, {"matched", "correct_live"});
+    case CorrectPrefillColumn: return yesNo(r, {"matched", "correct_prefill"});
+    case ReplicasColumn: {
+        const QVariant a = yesNo(r, {"matched", "replica_live_exact"}),
+                       b = yesNo(r, {"matched", "replica_prefill_exact"});
+        if (!a.isValid() || !b.isValid()) return {};
+        return a == b ? a : QVariant(tr("live %1, prefill %2").arg(a.toString(), b.toString()));
+    }
+    case BridgeColumn: return yesNo(r, {"bridge", "exact"});
+    case TransplantColumn: return item_results::transplantVerdict(item);
+    case LocalizeColumn: {
+        if (!r.contains("localize")) return {};
+        const json& l = r["localize"];
+        if (!l.value("found", false)) return tr("none found");
+        const auto layers = l.value("layers", std::vector<int64_t>());
+        if (layers.empty()) return {};
+        const QString range = layers.size() == 1 ? QString::number(layers.front())
+                                                 : QStringLiteral("%1-%2").arg(layers.front()).arg(layers.back());
+        return QStringLiteral("%1 (%2)").arg(range, QString::fromStdString(l.value("kv", std::string())));
+    }
     }
     return {};
 }
 
 QVariant ItemTableModel::sortKey(const ItemRecord& item, int column) const {
     switch (column) {
-        case IdColumn: return static_cast<qlonglong>(item.index);
-        case FirstDivergenceColumn: return item_results::firstDivergence(item);
-        case MarginColumn: {
-            const auto m = item_results::measureOf(item, ItemMeasure::MarginAtDivergence);
-            return m ? *m : 1e300;
-        }
-        default: return display(item, column);
+    case IdColumn: return static_cast<qlonglong>(item.index);
+    case FirstDivergenceColumn: return item_results::firstDivergence(item);
+    case MarginColumn: {
+        const auto m = item_results::measureOf(item, ItemMeasure::MarginAtDivergence);
+        return m ? *m : 1e300;
+    }
+    default: return display(item, column);
     }
 }
 
@@ -149,19 +153,20 @@ QVariant ItemTableModel::data(const QModelIndex& index, int role) const {
     if (!index.isValid() || index.row() >= rowCount() || index.column() >= NUM_COLUMNS) return {};
     const ItemRecord& item = items_[static_cast<std::size_t>(index.row())];
     switch (role) {
-        case Qt::DisplayRole: return display(item, index.column());
-        case SortRole: return sortKey(item, index.column());
-        case RecordRowRole: return index.row();
-        case DivergentRole: return item_results::divergent(item);
-        case FlippedRole: return item_results::flipped(item);
-        case ProtocolsRole: {
-            QStringList names;
-            for (const auto& [name, value] : item.results.items()) names << QString::fromStdString(name);
-            return names;
-        }
-        case Qt::TextAlignmentRole:
-            return index.column() == FirstDivergenceColumn || index.column() == MarginColumn
-                       ? QVariant(Qt::AlignRight | Qt::AlignVCenter) : QVariant();
+    case Qt::DisplayRole: return display(item, index.column());
+    case SortRole: return sortKey(item, index.column());
+    case RecordRowRole: return index.row();
+    case DivergentRole: return item_results::divergent(item);
+    case FlippedRole: return item_results::flipped(item);
+    case ProtocolsRole: {
+        QStringList names;
+        for (const auto& [name, value] : item.results.items()) names << QString::fromStdString(name);
+        return names;
+    }
+    case Qt::TextAlignmentRole:
+        return index.column() == FirstDivergenceColumn || index.column() == MarginColumn
+                   ? QVariant(Qt::AlignRight | Qt::AlignVCenter)
+                   : QVariant();
     }
     return {};
 }
@@ -194,7 +199,8 @@ bool ItemFilterProxy::filterAcceptsRow(int sourceRow, const QModelIndex& sourceP
     const QModelIndex index = sourceModel()->index(sourceRow, 0, sourceParent);
     if (divergentOnly_ && !index.data(ItemTableModel::DivergentRole).toBool()) return false;
     if (flippedOnly_ && !index.data(ItemTableModel::FlippedRole).toBool()) return false;
-    if (!protocol_.isEmpty() && !index.data(ItemTableModel::ProtocolsRole).toStringList().contains(protocol_)) return false;
+    if (!protocol_.isEmpty() && !index.data(ItemTableModel::ProtocolsRole).toStringList().contains(protocol_))
+        return false;
     if (range_.active) {
         const auto* items = qobject_cast<const ItemTableModel*>(sourceModel());
         if (!items || !range_.contains(items->record(sourceRow))) return false;

@@ -14,15 +14,14 @@
 
 namespace kvscope::widgets {
 
-KvHeatmapView::KvHeatmapView(QWidget* parent) : QWidget(parent) {
-    setupControls();
-}
+KvHeatmapView::KvHeatmapView(QWidget* parent) : QWidget(parent) { setupControls(); }
 
 void KvHeatmapView::setupControls() {
     auto* layout = new QVBoxLayout(this);
     auto* controls = new QHBoxLayout;
     metricBox_ = new QComboBox(this);
-    for (DiffMetric m : {DiffMetric::MaxAbs, DiffMetric::MeanAbs, DiffMetric::RelativeL2, DiffMetric::DifferingFraction})
+    for (DiffMetric m :
+         {DiffMetric::MaxAbs, DiffMetric::MeanAbs, DiffMetric::RelativeL2, DiffMetric::DifferingFraction})
         metricBox_->addItem(QString::fromLatin1(metricName(m)), static_cast<int>(m));
     componentBox_ = new QComboBox(this);
     for (KvComponent c : {KvComponent::Both, KvComponent::Keys, KvComponent::Values})
@@ -61,7 +60,9 @@ void KvHeatmapView::exportWithDialog() {
 DiffMetric KvHeatmapView::metric() const { return static_cast<DiffMetric>(metricBox_->currentData().toInt()); }
 KvComponent KvHeatmapView::component() const { return static_cast<KvComponent>(componentBox_->currentData().toInt()); }
 void KvHeatmapView::setMetric(DiffMetric m) { metricBox_->setCurrentIndex(metricBox_->findData(static_cast<int>(m))); }
-void KvHeatmapView::setComponent(KvComponent c) { componentBox_->setCurrentIndex(componentBox_->findData(static_cast<int>(c))); }
+void KvHeatmapView::setComponent(KvComponent c) {
+    componentBox_->setCurrentIndex(componentBox_->findData(static_cast<int>(c)));
+}
 void KvHeatmapView::setLogScale(bool on) { logBox_->setChecked(on); }
 
 void KvHeatmapView::setDiff(const CacheDiff& diff, const QString& title) {
@@ -81,20 +82,32 @@ void KvHeatmapView::refresh() {
     }
     int layersDiffering = 0;
     for (const LayerDiff& l : diff_.perLayer) layersDiffering += l.bitExact ? 0 : 1;
-    summary_->setText(diff_.bitExact ? tr("%1: the caches are bit-identical (%2 layers x %3 positions).").arg(title_).arg(diff_.layers).arg(diff_.positions)
-                                     : tr("%1: %2 of %3 layers differ; first difference at layer %4, position %5. Click a cell for its heads.")
-                                           .arg(title_).arg(layersDiffering).arg(diff_.layers)
-                                           .arg(diff_.firstDifference->first).arg(diff_.firstDifference->second));
+    summary_->setText(
+        diff_.bitExact
+            ? tr("%1: the caches are bit-identical (%2 layers x %3 positions).")
+                  .arg(title_)
+                  .arg(diff_.layers)
+                  .arg(diff_.positions)
+            : tr("%1: %2 of %3 layers differ; first difference at layer %4, position %5. Click a cell for its heads.")
+                  .arg(title_)
+                  .arg(layersDiffering)
+                  .arg(diff_.layers)
+                  .arg(diff_.firstDifference->first)
+                  .arg(diff_.firstDifference->second));
 }
 
 QString KvHeatmapView::describeCell(int64_t layer, int64_t position) const {
     // Every metric for K and V at full resolution, whatever the picture shows.
-    QString text = tr("<b>layer %1, position %2</b><table><tr><th></th><th>K</th><th>V</th></tr>").arg(layer).arg(position);
-    for (DiffMetric m : {DiffMetric::MaxAbs, DiffMetric::MeanAbs, DiffMetric::RelativeL2, DiffMetric::DifferingFraction}) {
+    QString text =
+        tr("<b>layer %1, position %2</b><table><tr><th></th><th>K</th><th>V</th></tr>").arg(layer).arg(position);
+    for (DiffMetric m :
+         {DiffMetric::MaxAbs, DiffMetric::MeanAbs, DiffMetric::RelativeL2, DiffMetric::DifferingFraction}) {
         const double k = layerCell(diff_, layer, position, m, KvComponent::Keys);
         const double v = layerCell(diff_, layer, position, m, KvComponent::Values);
         text += QStringLiteral("<tr><td>%1</td><td align=right>%2</td><td align=right>%3</td></tr>")
-                    .arg(QString::fromLatin1(metricName(m))).arg(k, 0, 'g', 5).arg(v, 0, 'g', 5);
+                    .arg(QString::fromLatin1(metricName(m)))
+                    .arg(k, 0, 'g', 5)
+                    .arg(v, 0, 'g', 5);
     }
     return text + QStringLiteral("</table>");
 }
@@ -103,13 +116,15 @@ QWidget* KvHeatmapView::openHeadBreakdown(int64_t layer) {
     if (layer < 0 || layer >= diff_.layers) return nullptr;
     auto* dialog = new QDialog(this);
     dialog->setAttribute(Qt::WA_DeleteOnClose);
-    dialog->setWindowTitle(tr("Layer %1: heads x positions (%2, %3)")
-                               .arg(layer).arg(QString::fromLatin1(metricName(metric())), QString::fromLatin1(componentName(component()))));
+    dialog->setWindowTitle(
+        tr("Layer %1: heads x positions (%2, %3)")
+            .arg(layer)
+            .arg(QString::fromLatin1(metricName(metric())), QString::fromLatin1(componentName(component()))));
     auto* layout = new QVBoxLayout(dialog);
     auto* heads = new DiffColorMap(dialog);
     heads->setObjectName(QStringLiteral("headBreakdown"));
-    heads->setGrid(headGrid(diff_, layer, metric(), component()), tr("KV head"), QString::fromLatin1(metricName(metric())),
-                   logBox_->isChecked());
+    heads->setGrid(headGrid(diff_, layer, metric(), component()), tr("KV head"),
+                   QString::fromLatin1(metricName(metric())), logBox_->isChecked());
     layout->addWidget(heads);
     dialog->resize(700, 300);
     dialog->show();

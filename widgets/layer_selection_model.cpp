@@ -18,7 +18,8 @@ void LayerSelectionModel::selectRange(int begin, int end, bool keys, bool values
         keys_[static_cast<std::size_t>(l)] = inside && keys;
         values_[static_cast<std::size_t>(l)] = inside && values;
     }
-    if (layerCount() > 0) emit dataChanged(index(0, KeysColumn), index(layerCount() - 1, ValuesColumn), {Qt::CheckStateRole});
+    if (layerCount() > 0)
+        emit dataChanged(index(0, KeysColumn), index(layerCount() - 1, ValuesColumn), {Qt::CheckStateRole});
     emit selectionChanged();
 }
 
@@ -42,14 +43,16 @@ int LayerSelectionModel::columnCount(const QModelIndex& parent) const { return p
 QVariant LayerSelectionModel::data(const QModelIndex& index, int role) const {
     if (!index.isValid() || index.row() >= layerCount()) return {};
     const auto row = static_cast<std::size_t>(index.row());
-    if (index.column() == LayerColumn) return role == Qt::DisplayRole ? QVariant(tr("layer %1").arg(index.row())) : QVariant();
+    if (index.column() == LayerColumn)
+        return role == Qt::DisplayRole ? QVariant(tr("layer %1").arg(index.row())) : QVariant();
     if (role != Qt::CheckStateRole) return {};
     const bool on = index.column() == KeysColumn ? keys_[row] : values_[row];
     return on ? Qt::Checked : Qt::Unchecked;
 }
 
 bool LayerSelectionModel::setData(const QModelIndex& index, const QVariant& value, int role) {
-    if (!index.isValid() || role != Qt::CheckStateRole || index.column() == LayerColumn || index.row() >= layerCount()) return false;
+    if (!index.isValid() || role != Qt::CheckStateRole || index.column() == LayerColumn || index.row() >= layerCount())
+        return false;
     const bool on = value.toInt() == Qt::Checked;
     (index.column() == KeysColumn ? keys_ : values_)[static_cast<std::size_t>(index.row())] = on;
     emit dataChanged(index, index, {Qt::CheckStateRole});
@@ -67,9 +70,9 @@ Qt::ItemFlags LayerSelectionModel::flags(const QModelIndex& index) const {
 QVariant LayerSelectionModel::headerData(int section, Qt::Orientation orientation, int role) const {
     if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
     switch (section) {
-        case LayerColumn: return tr("Layer");
-        case KeysColumn: return tr("K");
-        case ValuesColumn: return tr("V");
+    case LayerColumn: return tr("Layer");
+    case KeysColumn: return tr("K");
+    case ValuesColumn: return tr("V");
     }
     return {};
 }

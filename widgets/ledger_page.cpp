@@ -22,7 +22,8 @@
 namespace kvscope::widgets {
 
 LedgerPage::LedgerPage(QWidget* parent)
-    : QWidget(parent), runs_(new RunTableModel(this)), items_(new ItemTableModel(this)), proxy_(new ItemFilterProxy(this)) {
+    : QWidget(parent), runs_(new RunTableModel(this)), items_(new ItemTableModel(this)),
+      proxy_(new ItemFilterProxy(this)) {
     proxy_->setSourceModel(items_);
     setupViews();
 }
@@ -88,7 +89,8 @@ void LedgerPage::setupFilters(QWidget* bar) {
     };
     connect(divergent, &QCheckBox::toggled, proxy_, &ItemFilterProxy::setDivergentOnly);
     connect(flipped, &QCheckBox::toggled, proxy_, &ItemFilterProxy::setFlippedOnly);
-    connect(protocol, &QComboBox::currentIndexChanged, this, [this, protocol] { proxy_->setProtocol(protocol->currentData().toString()); });
+    connect(protocol, &QComboBox::currentIndexChanged, this,
+            [this, protocol] { proxy_->setProtocol(protocol->currentData().toString()); });
     connect(summary_, &LedgerSummaryView::rangeChanged, proxy_, &ItemFilterProxy::setRange);
     connect(proxy_, &QAbstractItemModel::rowsInserted, this, updateCounts);
     connect(proxy_, &QAbstractItemModel::rowsRemoved, this, updateCounts);

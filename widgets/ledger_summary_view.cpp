@@ -48,12 +48,13 @@ QString summaryLine(const std::vector<ItemRecord>& items, const experiments::Run
     if (n == 0) return QObject::tr("%1 items; no live-vs-prefill comparison (matched) in this run").arg(items.size());
     auto percent = [](double x) { return QStringLiteral("%1%").arg(100 * x, 0, 'f', 1); };
     const int differ = m.value("suffix_differ", 0);
-    QString line = QObject::tr("n %1  |  suffixes differ %2 (%3)  |  labels flipped %4  |  accuracy live %5 / prefill %6")
-                       .arg(n)
-                       .arg(differ)
-                       .arg(percent(static_cast<double>(differ) / n))
-                       .arg(m.value("label_differ", 0))
-                       .arg(percent(m.value("accuracy_live", 0.0)), percent(m.value("accuracy_prefill", 0.0)));
+    QString line =
+        QObject::tr("n %1  |  suffixes differ %2 (%3)  |  labels flipped %4  |  accuracy live %5 / prefill %6")
+            .arg(n)
+            .arg(differ)
+            .arg(percent(static_cast<double>(differ) / n))
+            .arg(m.value("label_differ", 0))
+            .arg(percent(m.value("accuracy_live", 0.0)), percent(m.value("accuracy_prefill", 0.0)));
     if (const json* ci = jsonAt(m, {"accuracy_diff_ci"}); ci && ci->is_array() && ci->size() == 2)
         line += QObject::tr(", diff %1 pt, paired 95% CI [%2, %3]")
                     .arg(100 * m.value("accuracy_diff", 0.0), 0, 'f', 1)
@@ -61,7 +62,10 @@ QString summaryLine(const std::vector<ItemRecord>& items, const experiments::Run
                     .arg(100 * (*ci)[1].get<double>(), 0, 'f', 1);
     for (const char* dtype : {"bf16", "fp32"})
         if (const json* t = jsonAt(report, {"fixed_prefix_2x2", dtype}); t && t->value("n", 0) > 0)
-            line += QObject::tr("  |  2x2 %1 disagree %2/%3").arg(QString::fromLatin1(dtype)).arg(t->value("disagree", 0)).arg(t->value("n", 0));
+            line += QObject::tr("  |  2x2 %1 disagree %2/%3")
+                        .arg(QString::fromLatin1(dtype))
+                        .arg(t->value("disagree", 0))
+                        .arg(t->value("n", 0));
     return line;
 }
 
@@ -84,7 +88,8 @@ QCustomPlot* LedgerSummaryView::makePlot(ItemMeasure measure) {
     auto* plot = new QCustomPlot(this);
     plot->setMinimumHeight(130);
     plot->setMaximumHeight(180);
-    plot->xAxis->setLabel(measure == ItemMeasure::FirstDivergence ? tr("first divergence (step)") : tr("margin at divergence"));
+    plot->xAxis->setLabel(measure == ItemMeasure::FirstDivergence ? tr("first divergence (step)")
+                                                                  : tr("margin at divergence"));
     plot->setToolTip(measure == ItemMeasure::FirstDivergence
                          ? tr("Continuation step where live and prefill first differ. Click a bar to list its items, "
                               "again to list all.")
@@ -170,7 +175,8 @@ void LedgerSummaryView::highlight() {
         if (range_.active && range_.measure == measure) {
             const auto& b = bars(measure);
             for (std::size_t i = 0; i < b.size(); ++i)
-                if (b[i].lower == range_.lower) selection.addDataRange(QCPDataRange(static_cast<int>(i), static_cast<int>(i) + 1));
+                if (b[i].lower == range_.lower)
+                    selection.addDataRange(QCPDataRange(static_cast<int>(i), static_cast<int>(i) + 1));
         }
         graph->setSelection(selection);
         plot(measure)->replot(QCustomPlot::rpQueuedReplot);

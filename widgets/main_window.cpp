@@ -74,7 +74,8 @@ void MainWindow::setupDocks() {
     };
     decodes_ = new DecodeCompareView(this);
     heatmap_ = new KvHeatmapView(this);
-    connect(heatmap_, &KvHeatmapView::exportFailed, this, [this](const QString& message) { showError(tr("Export failed"), message); });
+    connect(heatmap_, &KvHeatmapView::exportFailed, this,
+            [this](const QString& message) { showError(tr("Export failed"), message); });
     transplant_ = new TransplantPanel(this);
     QDockWidget* decodes = dock(tr("Decodes"), decodes_, Qt::RightDockWidgetArea);
     QDockWidget* heatmap = dock(tr("KV difference"), heatmap_, Qt::BottomDockWidgetArea);
@@ -88,7 +89,8 @@ void MainWindow::setupDocks() {
 void MainWindow::setupMenus() {
     QMenu* file = menuBar()->addMenu(tr("&File"));
     QAction* openLedgerAction = file->addAction(tr("&Open ledger\u2026"), this, [this] {
-        const QString path = QFileDialog::getOpenFileName(this, tr("Open ledger"), QString(), tr("kvscope ledgers (*.db);;All files (*)"));
+        const QString path = QFileDialog::getOpenFileName(this, tr("Open ledger"), QString(),
+                                                          tr("kvscope ledgers (*.db);;All files (*)"));
         if (!path.isEmpty()) openLedger(path);
     });
     openLedgerAction->setShortcut(QKeySequence::Open);
@@ -180,27 +182,32 @@ void MainWindow::connectViews() {
         taskLabel_->setText(message);
     });
     connect(worker_, &ModelWorker::modelOpened, this, [this](const ModelSummary& m) {
-        modelLabel_->setText(tr("%1 \u00b7 %2 layers \u00b7 %3 \u00b7 %4").arg(QFileInfo(m.dir).fileName()).arg(m.layers).arg(m.device, m.dtype));
+        modelLabel_->setText(tr("%1 \u00b7 %2 layers \u00b7 %3 \u00b7 %4")
+                                 .arg(QFileInfo(m.dir).fileName())
+                                 .arg(m.layers)
+                                 .arg(m.device, m.dtype));
         modelLabel_->setToolTip(tr("%1\n%2, weights fingerprint %3").arg(m.dir, m.architecture, m.fingerprint));
         QSettings().setValue(QStringLiteral("lastModel"), m.dir);
     });
 
     // Selection drives every view; results of superseded jobs are dropped.
-    connect(ledger_, &LedgerPage::itemSelected, this, [this](const experiments::RunInfo& run, const experiments::ItemRecord& item) {
-        analysisJob_ += 1;
-        decodes_->clear();
-        heatmap_->clear();
+    connect(ledger_, &LedgerPage::itemSelected, this,
+            [this](const experiments::RunInfo& run, const experiments::ItemRecord& item) {
+                analysisJob_ += 1;
+                decodes_->clear();
+                heatmap_->clear();
         // model . dtype . device of the run, as its frozen manifest records them
-        auto text = [&](std::initializer_list<const char*> path) {
-            const nlohmann::json* v = jsonAt(run.manifest, path);
-            if (v && v->is_array() && !v->empty()) v = &v->front();  // dtypes: the main precision
-            return v && v->is_string() ? QString::fromStdString(v->get<std::string>()) : QString();
-        };
-        modelLabel_->setText(tr("%1 \u00b7 %2 \u00b7 %3")
-                                 .arg(QFileInfo(text({"paths", "model"})).fileName(), text({"identity", "config", "model", "dtypes"}),
-                                      text({"identity", "config", "model", "device"})));
-        worker_->analyzeLedgerItem(analysisJob_, run, item);
-    });
+                auto text = [&](std::initializer_list<const char*> path) {
+                    const nlohmann::json* v = jsonAt(run.manifest, path);
+                    if (v && v->is_array() && !v->empty()) v = &v->front();  // dtypes: the main precision
+                    return v && v->is_string() ? QString::fromStdString(v->get<std::string>()) : QString();
+                };
+                modelLabel_->setText(tr("%1 \u00b7 %2 \u00b7 %3")
+                                         .arg(QFileInfo(text({"paths", "model"})).fileName(),
+                                              text({"identity", "config", "model", "dtypes"}),
+                                              text({"identity", "config", "model", "device"})));
+                worker_->analyzeLedgerItem(analysisJob_, run, item);
+            });
     connect(worker_, &ModelWorker::analysisReady, this, [this](const AnalysisView& a) {
         if (a.job != analysisJob_) return;
         decodes_->showAnalysis(a);
@@ -208,12 +215,10 @@ void MainWindow::connectViews() {
         if (a.liveVsPrefill) transplant_->setAnalysis(a);  // transplants splice the live and prefill caches
         emit analysisShown();
     });
-    connect(decodes_, &DecodeCompareView::compareRequested, this, [this](const SideSpec& a, const SideSpec& b) {
-        worker_->compareSides(++analysisJob_, a, b);
-    });
-    connect(transplant_, &TransplantPanel::transplantRequested, this, [this](const TransplantRequest& r) {
-        worker_->transplant(++transplantJob_, r);
-    });
+    connect(decodes_, &DecodeCompareView::compareRequested, this,
+            [this](const SideSpec& a, const SideSpec& b) { worker_->compareSides(++analysisJob_, a, b); });
+    connect(transplant_, &TransplantPanel::transplantRequested, this,
+            [this](const TransplantRequest& r) { worker_->transplant(++transplantJob_, r); });
     connect(worker_, &ModelWorker::transplantReady, this, [this](const TransplantView& r) {
         if (r.job != transplantJob_) return;
         decodes_->showTransplant(r);
@@ -222,14 +227,14 @@ void MainWindow::connectViews() {
     });
 
     // The interactive session.
-    connect(session_, &SessionPage::openModelRequested, this, [this](const QString& dir, const QString& dtype) {
-        worker_->openModel(dir, dtype);
-    });
+    connect(session_, &SessionPage::openModelRequested, this,
+            [this](const QString& dir, const QString& dtype) { worker_->openModel(dir, dtype); });
     connect(session_, &SessionPage::decodeRequested, worker_, &ModelWorker::decodeSession, Qt::DirectConnection);
     connect(worker_, &ModelWorker::tokenDecoded, session_, &SessionPage::appendToken);
     connect(worker_, &ModelWorker::sessionDecoded, session_, &SessionPage::showDecode);
     connect(session_, &SessionPage::compareRequested, this,
-            [this](quint64 job, const std::vector<int64_t>& prompt, const std::vector<int64_t>& trace, int boundary, int maxNew) {
+            [this](quint64 job, const std::vector<int64_t>& prompt, const std::vector<int64_t>& trace, int boundary,
+                   int maxNew) {
                 analysisJob_ = job;
                 worker_->analyzeSession(job, prompt, trace, boundary, maxNew);
             });
@@ -283,11 +288,13 @@ void MainWindow::runBatch(const QString& experimentFile, const QString& ledgerPa
 }
 
 void MainWindow::chooseBatchRun() {
-    const QString experiment = QFileDialog::getOpenFileName(this, tr("Experiment file"), QString(), tr("Experiments (*.toml)"));
+    const QString experiment =
+        QFileDialog::getOpenFileName(this, tr("Experiment file"), QString(), tr("Experiments (*.toml)"));
     if (experiment.isEmpty()) return;
-    const QString ledgerPath = QFileDialog::getSaveFileName(this, tr("Ledger to write (an existing one is resumed)"),
-                                                            QFileInfo(experiment).completeBaseName() + QStringLiteral(".db"),
-                                                            tr("kvscope ledgers (*.db)"), nullptr, QFileDialog::DontConfirmOverwrite);
+    const QString ledgerPath =
+        QFileDialog::getSaveFileName(this, tr("Ledger to write (an existing one is resumed)"),
+                                     QFileInfo(experiment).completeBaseName() + QStringLiteral(".db"),
+                                     tr("kvscope ledgers (*.db)"), nullptr, QFileDialog::DontConfirmOverwrite);
     if (!ledgerPath.isEmpty()) runBatch(experiment, ledgerPath);
 }
 

@@ -44,7 +44,8 @@ struct ModelWorker::State {
     AnalysisView lastAnalysis;
 
     ItemContext context() {
-        return ItemContext{*config, *tokenizer, [this](const std::string& d) -> const Transformer& { return models->get(d); }, ""};
+        return ItemContext{*config, *tokenizer,
+                           [this](const std::string& d) -> const Transformer& { return models->get(d); }, ""};
     }
     const Transformer& mainModel() { return models->get(config->dtypes.front()); }
 
@@ -68,7 +69,8 @@ struct ModelWorker::State {
         t.hasStep = true;
         t.logprob = s.logprob;
         t.margin = s.margin;
-        for (const TopEntry& e : s.top) t.top.append({QStringLiteral("%1 [%2]").arg(tokenText(e.id)).arg(e.id), e.logit});
+        for (const TopEntry& e : s.top)
+            t.top.append({QStringLiteral("%1 [%2]").arg(tokenText(e.id)).arg(e.id), e.logit});
         return t;
     }
 
@@ -129,18 +131,21 @@ ModelWorker::ModelWorker() : state_(std::make_unique<State>()) { registerWorkerM
 ModelWorker::~ModelWorker() = default;
 
 void ModelWorker::post(const QString& task, std::function<void()> work) {
-    QMetaObject::invokeMethod(this, [this, task, work = std::move(work)] {
-        cancel_.store(false);
-        emit started(task);
+    QMetaObject::invokeMethod(
+        this,
+        [this, task, work = std::move(work)] {
+            cancel_.store(false);
+            emit started(task);
         // Guards are thread-local: created here, in the thread that runs the model.
-        torch::NoGradGuard noGrad;
-        try {
-            work();
-            emit finished(task);
-        } catch (const std::exception& e) {
-            emit failed(task, QString::fromStdString(e.what()));
-        }
-    }, Qt::QueuedConnection);
+            torch::NoGradGuard noGrad;
+            try {
+                work();
+                emit finished(task);
+            } catch (const std::exception& e) {
+                emit failed(task, QString::fromStdString(e.what()));
+            }
+        },
+        Qt::QueuedConnection);
 }
 
 void ModelWorker::openModel(const QString& dir, const QString& dtype) {
@@ -160,7 +165,8 @@ void ModelWorker::openModel(const QString& dir, const QString& dtype) {
 
 void ModelWorker::analyzeLedgerItem(quint64 job, const experiments::RunInfo& run, const experiments::ItemRecord& item) {
     post(tr("analyse item"), [this, job, run, item] {
-        if (item.status != "done") throw UsageError("item " + item.itemId + " has no stage boundary: nothing to compare");
+        if (item.status != "done")
+            throw UsageError("item " + item.itemId + " has no stage boundary: nothing to compare");
         const auto& paths = run.manifest.at("paths");
         ExperimentConfig c = ExperimentConfig::load(paths.at("experiment").get<std::string>());
         c.modelDir = paths.at("model").get<std::string>();
@@ -179,11 +185,13 @@ void ModelWorker::analyzeLedgerItem(quint64 job, const experiments::RunInfo& run
             v.localizeKeys = spec.keys;
             v.localizeValues = spec.values;
         }
-        state_->boundary = experiments::rebuildBoundary(ctx, item.trajectories.at("prompt"), item.trajectories.at("trace"), boundary);
+        state_->boundary =
+            experiments::rebuildBoundary(ctx, item.trajectories.at("prompt"), item.trajectories.at("trace"), boundary);
         // The rebuilt continuations must be the ledger's, or the views would explain something else.
         if (state_->boundary->liveSuffix.ids != item.trajectories.at("suffix_live") ||
             state_->boundary->prefillSuffix.ids != item.trajectories.at("suffix_prefill"))
-            throw UsageError("rebuilding item " + item.itemId + " does not reproduce the ledger's continuations "
+            throw UsageError("rebuilding item " + item.itemId +
+                             " does not reproduce the ledger's continuations "
                              "(has the model or kvscope changed since the run? `kvscope audit` tells)");
         emit analysisReady(state_->finish(std::move(v)));
     });
@@ -202,11 +210,11 @@ void ModelWorker::decodeSession(quint64 job, const QString& promptText, const QS
         StopRules stops;
         stops.maxNewTokens = maxNewTokens;
         stops.eosIds = m.config().eosTokenIds;
-        const GenerationResult r = Generator(m).generate(d.promptIds, state_->config->sampling, stops,
-                                                         [&](const StepRecord& step, int64_t) {
-                                                             emit tokenDecoded(job, state_->view(step));
-                                                             return !cancel_.load();
-                                                         });
+        const GenerationResult r =
+            Generator(m).generate(d.promptIds, state_->config->sampling, stops, [&](const StepRecord& step, int64_t) {
+                emit tokenDecoded(job, state_->view(step));
+                return !cancel_.load();
+            });
         if (r.stopReason == StopReason::Cancelled) throw Cancelled("decode cancelled");
         d.traceIds = r.ids;
         for (const StepRecord& step : r.steps) d.trace.push_back(state_->view(step));
@@ -249,9 +257,8 @@ void ModelWorker::transplant(quint64 job, const TransplantRequest& request) {
             what += (what.empty() ? "" : " + ") + spec.describe();
         }
         ItemContext ctx = state_->context();
-        const GenerationResult r = experiments::continueWithRunRules(ctx, spliced, b.budget, [&](const StepRecord&, int64_t) {
-            return !cancel_.load();
-        });
+        const GenerationResult r = experiments::continueWithRunRules(
+            ctx, spliced, b.budget, [&](const StepRecord&, int64_t) { return !cancel_.load(); });
         if (r.stopReason == StopReason::Cancelled) throw Cancelled("transplant cancelled");
         TransplantView v;
         v.job = job;
@@ -273,13 +280,14 @@ void ModelWorker::compareSides(quint64 job, const SideSpec& a, const SideSpec& b
         const auto P = static_cast<int64_t>(bs.prompt.size());
         auto build = [&](const SideSpec& spec, KvCache& cache) {
             const std::string dtype = spec.dtype.isEmpty() ? state_->config->dtypes.front() : spec.dtype.toStdString();
-            cache = buildCache(state_->models->get(dtype), bs.prefix, Construction::parse(spec.construction.toStdString()), P);
-            const GenerationResult r = experiments::continueWithRunRules(ctx, cache, bs.budget, [&](const StepRecord&, int64_t) {
-                return !cancel_.load();
-            }, dtype);
+            cache = buildCache(state_->models->get(dtype), bs.prefix,
+                               Construction::parse(spec.construction.toStdString()), P);
+            const GenerationResult r = experiments::continueWithRunRules(
+                ctx, cache, bs.budget, [&](const StepRecord&, int64_t) { return !cancel_.load(); }, dtype);
             if (r.stopReason == StopReason::Cancelled) throw Cancelled("comparison cancelled");
-            return state_->side(QStringLiteral("%1 \u00b7 %2").arg(QString::fromStdString(cache.construction()),
-                                                                    QString::fromStdString(dtype)), r);
+            return state_->side(QStringLiteral("%1 \u00b7 %2")
+                                    .arg(QString::fromStdString(cache.construction()), QString::fromStdString(dtype)),
+                                r);
         };
         KvCache cacheA, cacheB;
         AnalysisView v;
@@ -292,8 +300,10 @@ void ModelWorker::compareSides(quint64 job, const SideSpec& a, const SideSpec& b
         v.live = build(a, cacheA);
         v.prefill = build(b, cacheB);
         v.firstDivergence = firstDifference(v.live.tokens, v.prefill.tokens);
-        if (cacheA.dtype() == cacheB.dtype()) v.diff = diffCaches(cacheA, cacheB);
-        else v.diffNote = tr("the two sides use different precisions: no element-wise cache difference");
+        if (cacheA.dtype() == cacheB.dtype())
+            v.diff = diffCaches(cacheA, cacheB);
+        else
+            v.diffNote = tr("the two sides use different precisions: no element-wise cache difference");
         emit analysisReady(v);
     });
 }
@@ -303,14 +313,20 @@ void ModelWorker::runBatch(const QString& experimentFile, const QString& ledgerP
         const ExperimentConfig config = ExperimentConfig::load(experimentFile.toStdString());
         experiments::RunOptions options;
         options.ledgerPath = ledgerPath.toStdString();
-        const auto summary = experiments::runExperiment(config, options, [this](const experiments::RunProgress& p) {
-            emit progress(static_cast<int>(p.done), static_cast<int>(p.total),
-                          tr("item %1 (%2 tok/s)").arg(QString::fromStdString(p.currentItem)).arg(p.tokensPerSecond, 0, 'f', 1));
-        }, cancel_);
-        emit batchFinished(ledgerPath, tr("%1 items run in %2 s%3")
-                                           .arg(summary.ran)
-                                           .arg(summary.seconds, 0, 'f', 1)
-                                           .arg(summary.interrupted ? tr(" (cancelled; run again to resume)") : QString()));
+        const auto summary = experiments::runExperiment(
+            config, options,
+            [this](const experiments::RunProgress& p) {
+                emit progress(static_cast<int>(p.done), static_cast<int>(p.total),
+                              tr("item %1 (%2 tok/s)")
+                                  .arg(QString::fromStdString(p.currentItem))
+                                  .arg(p.tokensPerSecond, 0, 'f', 1));
+            },
+            cancel_);
+        emit batchFinished(ledgerPath,
+                           tr("%1 items run in %2 s%3")
+                               .arg(summary.ran)
+                               .arg(summary.seconds, 0, 'f', 1)
+                               .arg(summary.interrupted ? tr(" (cancelled; run again to resume)") : QString()));
     });
 }
 

@@ -14,19 +14,21 @@ void RunTableModel::setRuns(std::vector<experiments::RunInfo> runs) {
     endResetModel();
 }
 
-int RunTableModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : static_cast<int>(runs_.size()); }
+int RunTableModel::rowCount(const QModelIndex& parent) const {
+    return parent.isValid() ? 0 : static_cast<int>(runs_.size());
+}
 int RunTableModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : NUM_COLUMNS; }
 
 QVariant RunTableModel::headerData(int section, Qt::Orientation orientation, int role) const {
     if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
     switch (section) {
-        case NameColumn: return tr("Experiment");
-        case CreatedColumn: return tr("Created");
-        case ModelColumn: return tr("Model");
-        case DtypeColumn: return tr("Precision");
-        case DatasetColumn: return tr("Dataset");
-        case ItemsColumn: return tr("Items done");
-        case RunIdColumn: return tr("Run id");
+    case NameColumn: return tr("Experiment");
+    case CreatedColumn: return tr("Created");
+    case ModelColumn: return tr("Model");
+    case DtypeColumn: return tr("Precision");
+    case DatasetColumn: return tr("Dataset");
+    case ItemsColumn: return tr("Items done");
+    case RunIdColumn: return tr("Run id");
     }
     return {};
 }
@@ -43,20 +45,22 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const {
         if (at->is_string()) return QString::fromStdString(at->get<std::string>());
         if (at->is_array()) {  // ["bf16", "fp32"] -> "bf16, fp32"
             QStringList parts;
-            for (const auto& e : *at) parts << (e.is_string() ? QString::fromStdString(e.get<std::string>()) : QString::fromStdString(e.dump()));
+            for (const auto& e : *at)
+                parts << (e.is_string() ? QString::fromStdString(e.get<std::string>())
+                                        : QString::fromStdString(e.dump()));
             return parts.join(QStringLiteral(", "));
         }
         return QString::fromStdString(at->dump());
     };
     const bool tip = role == Qt::ToolTipRole;
     switch (index.column()) {
-        case NameColumn: return text({"identity", "config", "name"});
-        case CreatedColumn: return QString::fromStdString(r.created);
-        case ModelColumn: return tip ? text({"paths", "model"}) : QFileInfo(text({"paths", "model"})).fileName();
-        case DtypeColumn: return text({"identity", "config", "model", "dtypes"});
-        case DatasetColumn: return tip ? text({"paths", "dataset"}) : QFileInfo(text({"paths", "dataset"})).fileName();
-        case ItemsColumn: return static_cast<qlonglong>(r.itemsDone);
-        case RunIdColumn: return QString::fromStdString(r.runId);
+    case NameColumn: return text({"identity", "config", "name"});
+    case CreatedColumn: return QString::fromStdString(r.created);
+    case ModelColumn: return tip ? text({"paths", "model"}) : QFileInfo(text({"paths", "model"})).fileName();
+    case DtypeColumn: return text({"identity", "config", "model", "dtypes"});
+    case DatasetColumn: return tip ? text({"paths", "dataset"}) : QFileInfo(text({"paths", "dataset"})).fileName();
+    case ItemsColumn: return static_cast<qlonglong>(r.itemsDone);
+    case RunIdColumn: return QString::fromStdString(r.runId);
     }
     return {};
 }

@@ -11,7 +11,16 @@ namespace kvscope::widgets {
 class RunTableModel : public QAbstractTableModel {
     Q_OBJECT
 public:
-    enum Columns { NameColumn, CreatedColumn, ModelColumn, DtypeColumn, DatasetColumn, ItemsColumn, RunIdColumn, NUM_COLUMNS };
+    enum Columns {
+        NameColumn,
+        CreatedColumn,
+        ModelColumn,
+        DtypeColumn,
+        DatasetColumn,
+        ItemsColumn,
+        RunIdColumn,
+        NUM_COLUMNS
+    };
     enum Roles { RunIdRole = Qt::UserRole };
 
     explicit RunTableModel(QObject* parent = nullptr);

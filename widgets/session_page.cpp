@@ -103,8 +103,8 @@ void SessionPage::requestDecode() {
     boundary_ = 0;
     render();
     const QString text = prompt_->toPlainText();
-    emit decodeRequested(job_, promptIsIds_->isChecked() ? QString() : text, promptIsIds_->isChecked() ? text : QString(),
-                         maxNewTokens_->value());
+    emit decodeRequested(job_, promptIsIds_->isChecked() ? QString() : text,
+                         promptIsIds_->isChecked() ? text : QString(), maxNewTokens_->value());
 }
 
 void SessionPage::appendToken(quint64 job, const TokenView& token) {
@@ -127,7 +127,8 @@ void SessionPage::setBoundary(int generatedTokens) {
     status_->setText(n == 0 ? tr("Decoding\u2026")
                             : tr("Stage boundary after %1 of %2 generated tokens (click a token to move it). "
                                  "Compare rebuilds the prefix as one prefill and continues from both caches.")
-                                  .arg(boundary_).arg(n));
+                                  .arg(boundary_)
+                                  .arg(n));
     render();
 }
 

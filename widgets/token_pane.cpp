@@ -36,8 +36,10 @@ void TokenPane::setCells(const QString& title, std::vector<TokenCell> cells) {
         if (c.boundaryBefore) html += QStringLiteral("<span style=\"color:#d04000;font-weight:bold\">\u2502</span>");
         QString style = QStringLiteral("text-decoration:none;");
         style += c.dimmed ? QStringLiteral("color:#8a8a8a;") : QStringLiteral("color:palette(text);");
-        if (c.highlighted) style += QStringLiteral("background-color:#ffb0a0;color:#000000;font-weight:bold;");
-        else if (!c.dimmed && i % 2) style += QStringLiteral("background-color:rgba(128,128,128,40);");
+        if (c.highlighted)
+            style += QStringLiteral("background-color:#ffb0a0;color:#000000;font-weight:bold;");
+        else if (!c.dimmed && i % 2)
+            style += QStringLiteral("background-color:rgba(128,128,128,40);");
         html += QStringLiteral("<a href=\"#t%1\" style=\"%2\">%3</a>").arg(i).arg(style, tokenHtml(c.token.text));
     }
     html += QStringLiteral("</p>");
@@ -74,8 +76,10 @@ bool TokenPane::viewportEvent(QEvent* e) {
     if (e->type() == QEvent::ToolTip) {  // the viewport gets tooltip events, at viewport coordinates
         auto* help = static_cast<QHelpEvent*>(e);
         const int cell = cellAt(help->pos());
-        if (cell >= 0) QToolTip::showText(help->globalPos(), tooltipForCell(cell), this);
-        else QToolTip::hideText();
+        if (cell >= 0)
+            QToolTip::showText(help->globalPos(), tooltipForCell(cell), this);
+        else
+            QToolTip::hideText();
         return true;
     }
     return QTextBrowser::viewportEvent(e);

@@ -90,8 +90,12 @@ void TransplantPanel::applyLocalizePreset() {
     if (!analysis_.hasLocalize || analysis_.localizeLayers.empty()) return;
     layers_->selectNone();
     for (int64_t l : analysis_.localizeLayers) {
-        if (analysis_.localizeKeys) layers_->setData(layers_->index(static_cast<int>(l), LayerSelectionModel::KeysColumn), Qt::Checked, Qt::CheckStateRole);
-        if (analysis_.localizeValues) layers_->setData(layers_->index(static_cast<int>(l), LayerSelectionModel::ValuesColumn), Qt::Checked, Qt::CheckStateRole);
+        if (analysis_.localizeKeys)
+            layers_->setData(layers_->index(static_cast<int>(l), LayerSelectionModel::KeysColumn), Qt::Checked,
+                             Qt::CheckStateRole);
+        if (analysis_.localizeValues)
+            layers_->setData(layers_->index(static_cast<int>(l), LayerSelectionModel::ValuesColumn), Qt::Checked,
+                             Qt::CheckStateRole);
     }
 }
 
@@ -117,7 +121,8 @@ void TransplantPanel::setRunning(bool running) { runButton_->setEnabled(!running
 void TransplantPanel::showResult(const TransplantView& r) {
     const QString where = r.splitFromDonor < 0 ? tr("identical to the donor's continuation")
                                                : tr("leaves the donor's continuation at step %1").arg(r.splitFromDonor);
-    verdict_->setText(tr("<b>%1</b> &mdash; %2<br><small>%3</small>").arg(r.verdict.toHtmlEscaped(), where, r.description.toHtmlEscaped()));
+    verdict_->setText(tr("<b>%1</b> &mdash; %2<br><small>%3</small>")
+                          .arg(r.verdict.toHtmlEscaped(), where, r.description.toHtmlEscaped()));
 }
 
 QString TransplantPanel::verdictText() const { return verdict_->text(); }

@@ -16,13 +16,13 @@ namespace kvscope {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double secondsSince(Clock::time_point t0) {
-    return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 double weightBytesPerDecodeStep(const Transformer& model) {
     const Weights& w = model.weights();
-    auto bytes = [](const torch::Tensor& t) { return t.defined() ? static_cast<double>(t.numel() * t.element_size()) : 0.0; };
+    auto bytes = [](const torch::Tensor& t) {
+        return t.defined() ? static_cast<double>(t.numel() * t.element_size()) : 0.0;
+    };
     double total = bytes(w.lmHead) + bytes(w.finalNorm);
     for (const auto& l : w.layers)
         for (const auto* t : {&l.inputNorm, &l.wq, &l.bq, &l.wk, &l.bk, &l.wv, &l.bv, &l.qNorm, &l.kNorm, &l.wo,
@@ -65,8 +65,7 @@ double measureTriadBandwidth(std::size_t bytesPerArray, int passes) {
     std::unique_ptr<float[]> a(new float[n]), b(new float[n]), c(new float[n]);
     auto forEachSlice = [&](auto&& body) {
         std::vector<std::thread> pool;
-        for (int t = 0; t < threads; ++t)
-            pool.emplace_back([&, t] { body(n * t / threads, n * (t + 1) / threads); });
+        for (int t = 0; t < threads; ++t) pool.emplace_back([&, t] { body(n * t / threads, n * (t + 1) / threads); });
         for (auto& th : pool) th.join();
     };
     forEachSlice([&](int64_t lo, int64_t hi) {  // first touch from the thread that will stream it

@@ -11,9 +11,9 @@ namespace {
 // Same-width integer view, so "differing" means different bits (-0 vs +0 and NaN payloads count).
 torch::Tensor bits(const torch::Tensor& t) {
     switch (t.element_size()) {
-        case 2: return t.view(torch::kInt16);
-        case 4: return t.view(torch::kInt32);
-        default: return t.view(torch::kInt64);
+    case 2: return t.view(torch::kInt16);
+    case 4: return t.view(torch::kInt32);
+    default: return t.view(torch::kInt64);
     }
 }
 
@@ -53,7 +53,8 @@ CacheDiff diffCaches(const KvCache& a, const KvCache& b, bool allowDifferentIds)
         throw UsageError("cannot diff KV caches of different length (" + std::to_string(a.length()) + " vs " +
                          std::to_string(b.length()) + " tokens)");
     if (a.dtype() != b.dtype()) throw UsageError("cannot diff KV caches of different dtype");
-    if (!allowDifferentIds && a.ids() != b.ids()) throw UsageError("the two KV caches were built from different token ids");
+    if (!allowDifferentIds && a.ids() != b.ids())
+        throw UsageError("the two KV caches were built from different token ids");
 
     CacheDiff diff;
     diff.layers = a.numLayers();
@@ -77,8 +78,8 @@ CacheDiff diffCaches(const KvCache& a, const KvCache& b, bool allowDifferentIds)
                 const auto i = diff.at(l, h, p);
                 differing += diff.keys.differing[i] + diff.values.differing[i];
                 auto& pos = diff.perPosition[p];
-                pos.maxAbs = std::max({pos.maxAbs, static_cast<double>(diff.keys.maxAbs[i]),
-                                       static_cast<double>(diff.values.maxAbs[i])});
+                pos.maxAbs = std::max(
+                    {pos.maxAbs, static_cast<double>(diff.keys.maxAbs[i]), static_cast<double>(diff.values.maxAbs[i])});
             }
             diff.perPosition[p].differing += differing;
             if (differing) {

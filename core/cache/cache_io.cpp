@@ -42,14 +42,19 @@ const std::string& metadataField(const Metadata& meta, const std::string& path, 
 // What every reader checks first: the format, its version, and that no sealed field was edited.
 void checkCacheMetadata(const Metadata& meta, const std::string& path) {
     auto field = [&](const char* key) -> const std::string& { return metadataField(meta, path, key); };
-    if (field("format") != "kvscope-kv-cache") throw FormatError(path + ": not a kvscope KV cache (metadata 'format' is not kvscope-kv-cache)");
+    if (field("format") != "kvscope-kv-cache")
+        throw FormatError(path + ": not a kvscope KV cache (metadata 'format' is not kvscope-kv-cache)");
     if (field("format_version") == "1")
-        throw FormatError(path + ": KV cache format_version 1 (kvscope 0.2) has no metadata seal; rebuild the cache with this kvscope");
+        throw FormatError(
+            path +
+            ": KV cache format_version 1 (kvscope 0.2) has no metadata seal; rebuild the cache with this kvscope");
     if (field("format_version") != "2")
-        throw FormatError(path + ": KV cache format_version " + field("format_version") + " is not supported (expected 2)");
+        throw FormatError(path + ": KV cache format_version " + field("format_version") +
+                          " is not supported (expected 2)");
     if (metadataSeal(meta) != field("metadata_seal"))
-        throw FormatError(path + ": KV cache metadata (model_fingerprint, prompt_length, construction, ids or logits "
-                                 "fingerprint) was changed after the cache was written: it no longer matches metadata_seal");
+        throw FormatError(path +
+                          ": KV cache metadata (model_fingerprint, prompt_length, construction, ids or logits "
+                          "fingerprint) was changed after the cache was written: it no longer matches metadata_seal");
 }
 
 }  // namespace
@@ -60,20 +65,22 @@ void saveCache(const KvCache& cache, const std::string& path) {
         tensors.emplace_back(layerKey(l, "keys"), cache.layerKeys(l));
         tensors.emplace_back(layerKey(l, "values"), cache.layerValues(l));
     }
-    const torch::Tensor logits = cache.nextLogits().defined() ? cache.nextLogits().to(torch::kFloat32) : torch::Tensor();
+    const torch::Tensor logits =
+        cache.nextLogits().defined() ? cache.nextLogits().to(torch::kFloat32) : torch::Tensor();
     if (logits.defined()) tensors.emplace_back("next_logits", logits);
     const CacheFingerprint fp = fingerprintCache(cache);
-    std::map<std::string, std::string> meta = {{"format", "kvscope-kv-cache"},
-                                               {"format_version", "2"},
-                                               {"kvscope_version", kvscopeVersion()},
-                                               {"dtype", dtypeName(cache.dtype())},
-                                               {"construction", cache.construction()},
-                                               {"prompt_length", std::to_string(cache.promptLength())},
-                                               {"token_ids", nlohmann::json(cache.ids()).dump()},
-                                               {"ids_fingerprint", fp.ids},
-                                               {"model_fingerprint", cache.modelFingerprint()},
-                                               {"fingerprint", fp.overall},
-                                               {"next_logits_fingerprint", logits.defined() ? tensorFingerprint(logits) : ""}};
+    std::map<std::string, std::string> meta = {
+        {"format", "kvscope-kv-cache"},
+        {"format_version", "2"},
+        {"kvscope_version", kvscopeVersion()},
+        {"dtype", dtypeName(cache.dtype())},
+        {"construction", cache.construction()},
+        {"prompt_length", std::to_string(cache.promptLength())},
+        {"token_ids", nlohmann::json(cache.ids()).dump()},
+        {"ids_fingerprint", fp.ids},
+        {"model_fingerprint", cache.modelFingerprint()},
+        {"fingerprint", fp.overall},
+        {"next_logits_fingerprint", logits.defined() ? tensorFingerprint(logits) : ""}};
     meta["metadata_seal"] = metadataSeal(meta);
     writeSafetensors(path, tensors, meta);
 }

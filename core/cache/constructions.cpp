@@ -16,20 +16,26 @@ Construction Construction::parse(const std::string& text) {
         if (!size) throw UsageError("construction '" + text + "': '" + number + "' is not a non-negative integer");
         c.size = *size;
     }
-    if (kind == "prefill" && !hasSize) c.kind = Kind::Prefill;
-    else if (kind == "live" && !hasSize) c.kind = Kind::Live;
-    else if (kind == "incremental") c.kind = Kind::Incremental;
-    else if (kind == "chunked" && hasSize && c.size > 0) c.kind = Kind::Chunked;
-    else throw UsageError("unknown construction '" + text + "' (expected live, prefill, incremental[:K] or chunked:N with N > 0)");
+    if (kind == "prefill" && !hasSize)
+        c.kind = Kind::Prefill;
+    else if (kind == "live" && !hasSize)
+        c.kind = Kind::Live;
+    else if (kind == "incremental")
+        c.kind = Kind::Incremental;
+    else if (kind == "chunked" && hasSize && c.size > 0)
+        c.kind = Kind::Chunked;
+    else
+        throw UsageError("unknown construction '" + text +
+                         "' (expected live, prefill, incremental[:K] or chunked:N with N > 0)");
     return c;
 }
 
 std::string Construction::name() const {
     switch (kind) {
-        case Kind::Live: return "live";
-        case Kind::Prefill: return "prefill";
-        case Kind::Incremental: return size < 0 ? "incremental" : "incremental:" + std::to_string(size);
-        case Kind::Chunked: return "chunked:" + std::to_string(size);
+    case Kind::Live: return "live";
+    case Kind::Prefill: return "prefill";
+    case Kind::Incremental: return size < 0 ? "incremental" : "incremental:" + std::to_string(size);
+    case Kind::Chunked: return "chunked:" + std::to_string(size);
     }
     return "?";
 }
@@ -38,12 +44,12 @@ std::vector<int64_t> Construction::schedule(int64_t total, int64_t promptLength)
     std::vector<int64_t> chunks;
     int64_t first = 0, step = 1;
     switch (kind) {
-        case Kind::Prefill: return {total};
-        case Kind::Chunked:
-            for (int64_t done = 0; done < total; done += size) chunks.push_back(std::min(size, total - done));
-            return chunks;
-        case Kind::Live: first = promptLength; break;
-        case Kind::Incremental: first = size < 0 ? promptLength : size; break;
+    case Kind::Prefill: return {total};
+    case Kind::Chunked:
+        for (int64_t done = 0; done < total; done += size) chunks.push_back(std::min(size, total - done));
+        return chunks;
+    case Kind::Live: first = promptLength; break;
+    case Kind::Incremental: first = size < 0 ? promptLength : size; break;
     }
     first = std::min(first, total);
     if (first > 0) chunks.push_back(first);

@@ -15,7 +15,8 @@ namespace {
 class Sha256 {
 public:
     Sha256() : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
-        if (!ctx_ || EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1) throw std::runtime_error("SHA-256 init failed");
+        if (!ctx_ || EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1)
+            throw std::runtime_error("SHA-256 init failed");
     }
     void update(const void* data, std::size_t bytes) { EVP_DigestUpdate(ctx_.get(), data, bytes); }
     void update(const std::string& s) { update(s.data(), s.size()); }
@@ -39,7 +40,8 @@ std::string toHex(const std::string& raw) {
 
 std::string fromHex(const std::string& hex) {
     std::string raw;
-    for (std::size_t i = 0; i + 1 < hex.size(); i += 2) raw += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+    for (std::size_t i = 0; i + 1 < hex.size(); i += 2)
+        raw += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
     return raw;
 }
 

@@ -7,10 +7,10 @@
 
 namespace kvscope {
 
-KvCache::KvCache(int64_t numLayers, int64_t numKvHeads, int64_t headDim, torch::ScalarType dtype,
-                 torch::Device device, int64_t initialCapacity)
-    : numKvHeads_(numKvHeads), headDim_(headDim), capacity_(std::max<int64_t>(initialCapacity, 1)),
-      dtype_(dtype), device_(device) {
+KvCache::KvCache(int64_t numLayers, int64_t numKvHeads, int64_t headDim, torch::ScalarType dtype, torch::Device device,
+                 int64_t initialCapacity)
+    : numKvHeads_(numKvHeads), headDim_(headDim), capacity_(std::max<int64_t>(initialCapacity, 1)), dtype_(dtype),
+      device_(device) {
     auto options = torch::TensorOptions().dtype(dtype).device(device);
     for (int64_t l = 0; l < numLayers; ++l) {
         keys_.push_back(torch::zeros({numKvHeads, capacity_, headDim}, options));
@@ -25,8 +25,8 @@ KvCache KvCache::forModel(const ModelConfig& config, torch::ScalarType dtype, to
 
 void KvCache::checkLayer(int64_t layer) const {
     if (layer < 0 || layer >= numLayers())
-        throw UsageError("KV cache has " + std::to_string(numLayers()) + " layers; layer " +
-                         std::to_string(layer) + " requested");
+        throw UsageError("KV cache has " + std::to_string(numLayers()) + " layers; layer " + std::to_string(layer) +
+                         " requested");
 }
 
 void KvCache::reserve(int64_t totalLength) {
@@ -47,8 +47,7 @@ void KvCache::reserve(int64_t totalLength) {
 void KvCache::write(int64_t layer, const torch::Tensor& k, const torch::Tensor& v) {
     checkLayer(layer);
     const int64_t steps = k.size(1);
-    if (length() + steps > capacity_)
-        throw UsageError("KV cache write past capacity; call reserve() first");
+    if (length() + steps > capacity_) throw UsageError("KV cache write past capacity; call reserve() first");
     keys_[layer].narrow(1, length(), steps).copy_(k);
     values_[layer].narrow(1, length(), steps).copy_(v);
 }
@@ -63,9 +62,7 @@ torch::Tensor KvCache::values(int64_t layer, int64_t upTo) const {
     return values_[layer].narrow(1, 0, upTo);
 }
 
-void KvCache::commit(const std::vector<int64_t>& newIds) {
-    ids_.insert(ids_.end(), newIds.begin(), newIds.end());
-}
+void KvCache::commit(const std::vector<int64_t>& newIds) { ids_.insert(ids_.end(), newIds.begin(), newIds.end()); }
 
 KvCache KvCache::clone() const {
     KvCache copy(*this);  // shares tensors for now; replace them with deep copies below

@@ -11,7 +11,8 @@
 //
 // Besides the tensors the cache records what it is: the integer token ids it was built from, how it
 // was built (live / prefill / incremental / ...), where the prompt ended, the fingerprint of the
-// model that built it, and the next-token logits its last forward produced. Widgets never see this class; they get value snapshots from core.
+// model that built it, and the next-token logits its last forward produced. Widgets never see this
+// class; they get value snapshots from core.
 #include <torch/types.h>
 
 #include <cstdint>
@@ -25,8 +26,8 @@ struct ModelConfig;
 class KvCache {
 public:
     KvCache() = default;
-    KvCache(int64_t numLayers, int64_t numKvHeads, int64_t headDim, torch::ScalarType dtype,
-            torch::Device device, int64_t initialCapacity = 256);
+    KvCache(int64_t numLayers, int64_t numKvHeads, int64_t headDim, torch::ScalarType dtype, torch::Device device,
+            int64_t initialCapacity = 256);
     static KvCache forModel(const ModelConfig& config, torch::ScalarType dtype, torch::Device device,
                             int64_t initialCapacity = 256);
 
@@ -62,8 +63,8 @@ public:
     void commit(const std::vector<int64_t>& newIds);
 
     // --- whole-cache operations ---
-    KvCache clone() const;                 // deep copy of the valid positions, same provenance
-    void truncate(int64_t newLength);      // forget positions >= newLength
+    KvCache clone() const;  // deep copy of the valid positions, same provenance
+    void truncate(int64_t newLength);  // forget positions >= newLength
     // Views of the valid part of one layer: [num_kv_heads, length, head_dim].
     torch::Tensor layerKeys(int64_t layer) const { return keys(layer, length()); }
     torch::Tensor layerValues(int64_t layer) const { return values(layer, length()); }
@@ -76,13 +77,13 @@ private:
     int64_t capacity_ = 0;
     torch::ScalarType dtype_ = torch::kFloat32;
     torch::Device device_ = torch::kCPU;
-    std::vector<torch::Tensor> keys_;    // per layer [num_kv_heads, capacity, head_dim]
+    std::vector<torch::Tensor> keys_;  // per layer [num_kv_heads, capacity, head_dim]
     std::vector<torch::Tensor> values_;  // per layer [num_kv_heads, capacity, head_dim]
-    std::vector<int64_t> ids_;           // the token ids at positions [0, length)
+    std::vector<int64_t> ids_;  // the token ids at positions [0, length)
     std::string construction_ = "live";
     int64_t promptLength_ = 0;
     std::string modelFingerprint_;
-    torch::Tensor nextLogits_;           // [vocab] fp32, or undefined
+    torch::Tensor nextLogits_;  // [vocab] fp32, or undefined
 };
 
 }  // namespace kvscope

@@ -49,14 +49,16 @@ void TransplantSpec::parsePositions(const std::string& text) {
     const std::string a = text.substr(0, colon), b = text.substr(colon + 1);
     positionBegin = a.empty() ? 0 : parseIndex(a, "--positions");
     positionEnd = b.empty() ? -1 : parseIndex(b, "--positions");
-    if (positionEnd >= 0 && positionEnd < positionBegin) throw UsageError("--positions: end is before begin in '" + text + "'");
+    if (positionEnd >= 0 && positionEnd < positionBegin)
+        throw UsageError("--positions: end is before begin in '" + text + "'");
 }
 
 std::string TransplantSpec::describe() const {
     std::string s = "transplant(layers=";
     for (std::size_t i = 0; i < layers.size(); ++i) s += (i ? "," : "") + std::to_string(layers[i]);
     s += std::string(",kv=") + (keys && values ? "kv" : keys ? "k" : "v");
-    s += ",positions=" + std::to_string(positionBegin) + ":" + (positionEnd < 0 ? "" : std::to_string(positionEnd)) + ")";
+    s += ",positions=" + std::to_string(positionBegin) + ":" + (positionEnd < 0 ? "" : std::to_string(positionEnd)) +
+         ")";
     return s;
 }
 
@@ -72,7 +74,8 @@ KvCache transplant(const KvCache& recipient, const KvCache& donor, const Transpl
                std::to_string(donor.length()) + " tokens)");
     if (recipient.ids() != donor.ids()) refuse("the caches were built from different token ids");
     const int64_t end = spec.positionEnd < 0 ? recipient.length() : spec.positionEnd;
-    if (end > recipient.length()) refuse("position range ends past the cache (" + std::to_string(recipient.length()) + " tokens)");
+    if (end > recipient.length())
+        refuse("position range ends past the cache (" + std::to_string(recipient.length()) + " tokens)");
     if (spec.positionBegin >= end)
         refuse("position range " + std::to_string(spec.positionBegin) + ":" + std::to_string(end) +
                " selects no position of the cache (" + std::to_string(recipient.length()) + " tokens)");
@@ -82,8 +85,14 @@ KvCache transplant(const KvCache& recipient, const KvCache& donor, const Transpl
     KvCache out = recipient.clone();
     const int64_t count = end - spec.positionBegin;
     for (int64_t l : spec.layers) {
-        if (spec.keys) out.layerKeys(l).narrow(1, spec.positionBegin, count).copy_(donor.layerKeys(l).narrow(1, spec.positionBegin, count));
-        if (spec.values) out.layerValues(l).narrow(1, spec.positionBegin, count).copy_(donor.layerValues(l).narrow(1, spec.positionBegin, count));
+        if (spec.keys)
+            out.layerKeys(l)
+                .narrow(1, spec.positionBegin, count)
+                .copy_(donor.layerKeys(l).narrow(1, spec.positionBegin, count));
+        if (spec.values)
+            out.layerValues(l)
+                .narrow(1, spec.positionBegin, count)
+                .copy_(donor.layerValues(l).narrow(1, spec.positionBegin, count));
     }
     out.setConstruction(spec.describe() + " of " + donor.construction() + " into " + recipient.construction());
     // Next-token logits came from a cache's own last forward. A splice that left every K and V bit
@@ -91,7 +100,9 @@ KvCache transplant(const KvCache& recipient, const KvCache& donor, const Transpl
     // splice has none, and a continuation re-feeds its last token.
     auto sameKv = [&](const KvCache& other) {
         for (int64_t l = 0; l < out.numLayers(); ++l)
-            if (!torch::equal(out.layerKeys(l), other.layerKeys(l)) || !torch::equal(out.layerValues(l), other.layerValues(l))) return false;
+            if (!torch::equal(out.layerKeys(l), other.layerKeys(l)) ||
+                !torch::equal(out.layerValues(l), other.layerValues(l)))
+                return false;
         return true;
     };
     const KvCache* same = sameKv(donor) ? &donor : sameKv(recipient) ? &recipient : nullptr;

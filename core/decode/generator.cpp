@@ -8,11 +8,11 @@ namespace kvscope {
 
 std::string stopReasonName(StopReason reason) {
     switch (reason) {
-        case StopReason::Eos: return "eos";
-        case StopReason::StopString: return "stop_string";
-        case StopReason::MaxNewTokens: return "max_new_tokens";
-        case StopReason::Cancelled: return "cancelled";
-        case StopReason::ContextFull: return "max_position_embeddings";
+    case StopReason::Eos: return "eos";
+    case StopReason::StopString: return "stop_string";
+    case StopReason::MaxNewTokens: return "max_new_tokens";
+    case StopReason::Cancelled: return "cancelled";
+    case StopReason::ContextFull: return "max_position_embeddings";
     }
     return "?";
 }
@@ -39,7 +39,8 @@ public:
     }
     void onOp(int64_t layer, const char* op, const torch::Tensor& value, int64_t) override {
         if (found_.empty() && nonFinite(op, value))
-            found_ = (layer < 0 ? std::string("after the layers") : "layer " + std::to_string(layer)) + ", op '" + op + "'";
+            found_ =
+                (layer < 0 ? std::string("after the layers") : "layer " + std::to_string(layer)) + ", op '" + op + "'";
     }
     const std::string& found() const { return found_; }
 
@@ -103,12 +104,12 @@ GenerationResult Generator::decodeN(KvCache& cache, torch::Tensor logits, const 
 }
 
 GenerationResult Generator::generate(const std::vector<int64_t>& prompt, const SamplingParams& sampling,
-                                     const StopRules& stops, const TokenCallback& onToken,
-                                     KvCache* cacheOut) const {
+                                     const StopRules& stops, const TokenCallback& onToken, KvCache* cacheOut) const {
     if (prompt.empty()) throw UsageError("the prompt has no tokens");
     // Room for a typical continuation up front; a longer one grows the cache as it goes, so a huge
     // --max-new-tokens does not allocate its whole KV before the first token.
-    KvCache cache = model_.newCache(static_cast<int64_t>(prompt.size()) + std::min<int64_t>(stops.maxNewTokens, kUpfrontTokens));
+    KvCache cache =
+        model_.newCache(static_cast<int64_t>(prompt.size()) + std::min<int64_t>(stops.maxNewTokens, kUpfrontTokens));
     cache.setPromptLength(static_cast<int64_t>(prompt.size()));
     torch::Tensor logits = prefill(prompt, cache);
     GenerationResult result = decodeN(cache, logits, sampling, stops, onToken);

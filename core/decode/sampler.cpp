@@ -34,7 +34,8 @@ int64_t sampleIndex(const std::vector<float>& logits, const SamplingParams& p, s
     std::vector<double> probs(order.size());
     const double maxScaled = logits[order[0]] / p.temperature;
     double total = 0.0;
-    for (std::size_t i = 0; i < order.size(); ++i) total += probs[i] = std::exp(logits[order[i]] / p.temperature - maxScaled);
+    for (std::size_t i = 0; i < order.size(); ++i)
+        total += probs[i] = std::exp(logits[order[i]] / p.temperature - maxScaled);
     for (auto& x : probs) x /= total;
 
     // Nucleus: the smallest prefix whose mass reaches top_p (always at least one token).

@@ -101,8 +101,8 @@ Checkpoint Checkpoint::open(const std::string& dir) {
         byShard[shard] = ck.files_.back().get();
         for (const auto& e : ck.files_.back()->entries()) {
             if (ck.where_.count(e.name))
-                throw FormatError(ck.files_.back()->path() + ": tensor '" + e.name +
-                                  "' also appears in " + ck.where_[e.name]->path());
+                throw FormatError(ck.files_.back()->path() + ": tensor '" + e.name + "' also appears in " +
+                                  ck.where_[e.name]->path());
             ck.where_[e.name] = ck.files_.back().get();
         }
     }

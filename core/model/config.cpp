@@ -46,7 +46,8 @@ public:
     // eps, theta, scaling factors: a zero or negative value gives NaN or Inf logits, not an answer.
     double optionalPositive(const char* key, double fallback) const {
         const double v = optionalDouble(key, fallback);
-        if (!(v > 0) || !std::isfinite(v)) fail(key, "must be a positive finite number (is " + (j_.contains(key) ? j_[key].dump() : "missing") + ")");
+        if (!(v > 0) || !std::isfinite(v))
+            fail(key, "must be a positive finite number (is " + (j_.contains(key) ? j_[key].dump() : "missing") + ")");
         return v;
     }
     bool optionalBool(const char* key, bool fallback) const {
@@ -79,8 +80,9 @@ public:
 private:
     int64_t positiveInt(const char* key, int64_t most) const {
         const json& v = j_[key];
-        const bool ok = v.is_number_unsigned() ? v.get<uint64_t>() >= 1 && v.get<uint64_t>() <= static_cast<uint64_t>(most)
-                        : v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= most;
+        const bool ok = v.is_number_unsigned()
+                            ? v.get<uint64_t>() >= 1 && v.get<uint64_t>() <= static_cast<uint64_t>(most)
+                            : v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= most;
         if (!ok) fail(key, "must be an integer from 1 to " + std::to_string(most) + " (is " + v.dump() + ")");
         return v.get<int64_t>();
     }
@@ -91,13 +93,15 @@ private:
 Architecture parseArchitecture(const json& j, const Fields& f) {
     if (!j.contains("architectures") || !j["architectures"].is_array() || j["architectures"].empty() ||
         !j["architectures"][0].is_string())
-        f.fail("architectures", "is missing (expected [\"Qwen2ForCausalLM\"], [\"LlamaForCausalLM\"] or [\"Qwen3ForCausalLM\"])");
+        f.fail("architectures",
+               "is missing (expected [\"Qwen2ForCausalLM\"], [\"LlamaForCausalLM\"] or [\"Qwen3ForCausalLM\"])");
     const auto name = j["architectures"][0].get<std::string>();
     if (name == "Qwen2ForCausalLM") return Architecture::Qwen2;
     if (name == "LlamaForCausalLM") return Architecture::Llama;
     if (name == "Qwen3ForCausalLM") return Architecture::Qwen3;
-    f.fail("architectures", "names '" + name +
-                                "', which kvscope does not support (expected Qwen2ForCausalLM, LlamaForCausalLM or Qwen3ForCausalLM)");
+    f.fail("architectures",
+           "names '" + name +
+               "', which kvscope does not support (expected Qwen2ForCausalLM, LlamaForCausalLM or Qwen3ForCausalLM)");
 }
 
 RopeScaling parseRopeScaling(const json& j, const Fields& f) {
@@ -134,9 +138,9 @@ void rejectUnsupported(const json& j, const Fields& f, const ModelConfig& c) {
 
 std::string architectureName(Architecture arch) {
     switch (arch) {
-        case Architecture::Qwen2: return "Qwen2ForCausalLM";
-        case Architecture::Llama: return "LlamaForCausalLM";
-        case Architecture::Qwen3: return "Qwen3ForCausalLM";
+    case Architecture::Qwen2: return "Qwen2ForCausalLM";
+    case Architecture::Llama: return "LlamaForCausalLM";
+    case Architecture::Qwen3: return "Qwen3ForCausalLM";
     }
     return "?";
 }
@@ -175,7 +179,8 @@ ModelConfig ModelConfig::fromJson(const json& j, const std::string& source) {
 ModelConfig ModelConfig::load(const std::string& dir) {
     namespace fs = std::filesystem;
     const std::string configPath = (fs::path(dir) / "config.json").string();
-    if (!fs::exists(configPath)) throw ConfigError(configPath + ": not found (is '" + dir + "' a Hugging Face model directory?)");
+    if (!fs::exists(configPath))
+        throw ConfigError(configPath + ": not found (is '" + dir + "' a Hugging Face model directory?)");
     ModelConfig c = fromJson(readJsonFile(configPath), configPath);
     const std::string genPath = (fs::path(dir) / "generation_config.json").string();
     if (fs::exists(genPath)) {
@@ -218,8 +223,10 @@ json ModelConfig::toJson() const {
     else
         j["rope_scaling"] = nullptr;
     if (bosTokenId) j["bos_token_id"] = *bosTokenId;
-    if (eosTokenIds.size() == 1) j["eos_token_id"] = eosTokenIds.front();
-    else if (!eosTokenIds.empty()) j["eos_token_id"] = eosTokenIds;
+    if (eosTokenIds.size() == 1)
+        j["eos_token_id"] = eosTokenIds.front();
+    else if (!eosTokenIds.empty())
+        j["eos_token_id"] = eosTokenIds;
     return j;
 }
 

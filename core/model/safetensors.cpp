@@ -21,9 +21,9 @@ struct DtypeRow {
     std::size_t bytes;
 };
 constexpr DtypeRow kDtypes[] = {
-    {"F64", torch::kFloat64, 8}, {"F32", torch::kFloat32, 4},  {"F16", torch::kFloat16, 2},
-    {"BF16", torch::kBFloat16, 2}, {"I64", torch::kInt64, 8},  {"I32", torch::kInt32, 4},
-    {"I16", torch::kInt16, 2},   {"I8", torch::kInt8, 1},      {"U8", torch::kUInt8, 1},
+    {"F64", torch::kFloat64, 8},   {"F32", torch::kFloat32, 4}, {"F16", torch::kFloat16, 2},
+    {"BF16", torch::kBFloat16, 2}, {"I64", torch::kInt64, 8},   {"I32", torch::kInt32, 4},
+    {"I16", torch::kInt16, 2},     {"I8", torch::kInt8, 1},     {"U8", torch::kUInt8, 1},
     {"BOOL", torch::kBool, 1},
 };
 
@@ -39,11 +39,9 @@ std::uint64_t readLittleEndian64(const std::uint8_t* p) {
     return v;
 }
 
-SafetensorsEntry parseEntry(const std::string& path, const std::string& name,
-                            const nlohmann::json& j, std::size_t dataBytes) {
-    auto fail = [&](const std::string& what) {
-        throw FormatError(path + ": tensor '" + name + "': " + what);
-    };
+SafetensorsEntry parseEntry(const std::string& path, const std::string& name, const nlohmann::json& j,
+                            std::size_t dataBytes) {
+    auto fail = [&](const std::string& what) { throw FormatError(path + ": tensor '" + name + "': " + what); };
     if (!j.is_object()) fail("header entry is not a JSON object");
     SafetensorsEntry e;
     e.name = name;
@@ -67,11 +65,11 @@ SafetensorsEntry parseEntry(const std::string& path, const std::string& name,
     e.end = off[1].get<std::uint64_t>();
     if (e.begin > e.end) fail("data_offsets begin > end");
     if (e.end > dataBytes)
-        fail("data_offsets end " + std::to_string(e.end) + " is past the data section (" +
-             std::to_string(dataBytes) + " bytes; file truncated?)");
+        fail("data_offsets end " + std::to_string(e.end) + " is past the data section (" + std::to_string(dataBytes) +
+             " bytes; file truncated?)");
     if (e.end - e.begin != elements * row->bytes)
-        fail("byte span " + std::to_string(e.end - e.begin) + " does not match dtype " + e.dtype +
-             " x " + std::to_string(elements) + " elements = " + std::to_string(elements * row->bytes));
+        fail("byte span " + std::to_string(e.end - e.begin) + " does not match dtype " + e.dtype + " x " +
+             std::to_string(elements) + " elements = " + std::to_string(elements * row->bytes));
     return e;
 }
 
@@ -93,8 +91,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) { parseH
 
 void SafetensorsFile::parseHeader() {
     const std::string& p = file_.path();
-    if (file_.size() < 8) throw FormatError(p + ": file is " + std::to_string(file_.size()) +
-                                            " bytes, too short for a safetensors header");
+    if (file_.size() < 8)
+        throw FormatError(p + ": file is " + std::to_string(file_.size()) +
+                          " bytes, too short for a safetensors header");
     const std::uint64_t headerBytes = readLittleEndian64(file_.data());
     if (headerBytes > kMaxHeaderBytes || headerBytes > file_.size() - 8)
         throw FormatError(p + ": header length " + std::to_string(headerBytes) +
@@ -167,8 +166,7 @@ torch::Tensor SafetensorsFile::read(const std::string& name, torch::ScalarType d
     return t.scalar_type() == dtype ? t : t.to(dtype);
 }
 
-void writeSafetensors(const std::string& path,
-                      const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+void writeSafetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata) {
     nlohmann::json header = nlohmann::json::object();
     if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -193,7 +191,8 @@ void writeSafetensors(const std::string& path,
         out.write(reinterpret_cast<const char*>(len), 8);
         out.write(text.data(), static_cast<std::streamsize>(text.size()));
         for (const auto& t : cpu)
-            out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
+            out.write(static_cast<const char*>(t.data_ptr()),
+                      static_cast<std::streamsize>(t.numel() * t.element_size()));
     });
 }
 

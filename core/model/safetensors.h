@@ -51,8 +51,7 @@ private:
 
 // Writes tensors (any device; copied to CPU, contiguous) atomically: a temporary file renamed into
 // place, so a crash never leaves a half-written file at `path`.
-void writeSafetensors(const std::string& path,
-                      const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+void writeSafetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
 // "F32" <-> torch dtype. Throws FormatError for a name kvscope cannot map.

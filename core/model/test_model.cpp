@@ -31,8 +31,8 @@ std::uint64_t mix(std::uint64_t x) { return splitmix64(x); }
 
 // Uniform values with the given standard deviation, a pure function of (seed, tensor, element), so
 // the result does not depend on libtorch's generators or on thread count.
-torch::Tensor deterministicUniform(std::vector<int64_t> shape, double stddev, double mean,
-                                   std::uint64_t seed, std::uint64_t tensorIndex) {
+torch::Tensor deterministicUniform(std::vector<int64_t> shape, double stddev, double mean, std::uint64_t seed,
+                                   std::uint64_t tensorIndex) {
     torch::Tensor t = torch::empty(shape, torch::kFloat32);
     float* p = t.data_ptr<float>();
     const double halfWidth = stddev * std::sqrt(3.0);
@@ -78,7 +78,7 @@ void writeWeights(const ModelConfig& config, const TestModelSpec& spec, const fs
     }
     if (shards > 1)
         writeJsonFile((dir / "model.safetensors.index.json").string(),
-                  {{"metadata", {{"total_size", totalBytes}}}, {"weight_map", weightMap}});
+                      {{"metadata", {{"total_size", totalBytes}}}, {"weight_map", weightMap}});
 }
 
 }  // namespace
@@ -117,7 +117,8 @@ ModelConfig writeTestModel(const TestModelSpec& spec, const std::string& dirName
     c.numLayers = spec.numLayers;
     c.numHeads = spec.numHeads;
     c.numKvHeads = spec.numKvHeads;
-    c.headDim = spec.headDim ? spec.headDim : spec.hiddenSize / std::max<int64_t>(1, spec.numHeads);  // 0 heads: refused below
+    c.headDim =
+        spec.headDim ? spec.headDim : spec.hiddenSize / std::max<int64_t>(1, spec.numHeads);  // 0 heads: refused below
     c.intermediateSize = spec.intermediateSize;
     c.vocabSize = spec.vocabSize ? spec.vocabSize : tokenizerSize;
     c.maxPositionEmbeddings = spec.maxPositionEmbeddings;
@@ -138,7 +139,8 @@ ModelConfig writeTestModel(const TestModelSpec& spec, const std::string& dirName
     // Every file is written atomically and config.json last: a folder without config.json is "no
     // model yet", so generation interrupted at any point is simply redone by the next run.
     removePartialFiles(dir.string());
-    writeJsonFile((dir / "generation_config.json").string(), {{"eos_token_id", {endOfText, imEnd}}, {"do_sample", false}});
+    writeJsonFile((dir / "generation_config.json").string(),
+                  {{"eos_token_id", {endOfText, imEnd}}, {"do_sample", false}});
     writeJsonFile((dir / "tokenizer.json").string(), makeTokenizerJson(bpe, specials));
     writeWeights(c, spec, dir);
     writeJsonFile((dir / "config.json").string(), c.toJson());

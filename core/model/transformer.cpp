@@ -118,11 +118,13 @@ const std::string& Transformer::fingerprint() const {
         for (std::size_t l = 0; l < weights_.layers.size(); ++l) {
             const LayerWeights& w = weights_.layers[l];
             const std::string p = std::to_string(l) + ".";
+            // clang-format off: one name per line would make this table 14 lines long
             for (const auto& [name, t] : {std::pair{"in_norm", w.inputNorm}, {"wq", w.wq}, {"bq", w.bq}, {"wk", w.wk},
                                           {"bk", w.bk}, {"wv", w.wv}, {"bv", w.bv}, {"q_norm", w.qNorm},
                                           {"k_norm", w.kNorm}, {"wo", w.wo}, {"post_norm", w.postNorm},
                                           {"gate", w.wGate}, {"up", w.wUp}, {"down", w.wDown}})
                 if (t.defined()) named.emplace_back(p + name, t);
+            // clang-format on
         }
         named.emplace_back("final_norm", weights_.finalNorm);
         named.emplace_back(config_.tieWordEmbeddings ? "lm_head=embed" : "lm_head", weights_.lmHead);
@@ -133,15 +135,14 @@ const std::string& Transformer::fingerprint() const {
     return fingerprint_->value;
 }
 
-KvCache Transformer::newCache(int64_t capacity) const {
-    return KvCache::forModel(config_, dtype_, device_, capacity);
-}
+KvCache Transformer::newCache(int64_t capacity) const { return KvCache::forModel(config_, dtype_, device_, capacity); }
 
-Transformer Transformer::load(const std::string& dir, torch::ScalarType dtype, torch::Device device,
-                              LoadReport* report, Numerics numerics) {
+Transformer Transformer::load(const std::string& dir, torch::ScalarType dtype, torch::Device device, LoadReport* report,
+                              Numerics numerics) {
     if (dtype == torch::kFloat16 && device.is_cpu())
-        throw UsageError("--dtype fp16 needs --device cuda: libtorch has no fp16 matrix multiply on CPU "
-                         "(use bf16 or fp32 on CPU)");
+        throw UsageError(
+            "--dtype fp16 needs --device cuda: libtorch has no fp16 matrix multiply on CPU "
+            "(use bf16 or fp32 on CPU)");
     if (device.is_cuda() && !torch::cuda::is_available())
         throw UsageError("--device cuda requested, but this libtorch build sees no CUDA device");
     Checkpoint ck = Checkpoint::open(dir);
@@ -170,7 +171,8 @@ std::vector<std::pair<std::string, torch::Tensor*>> hfWeightSlots(const ModelCon
                                        {p + "self_attn.k_proj.bias", &lw.bk},
                                        {p + "self_attn.v_proj.bias", &lw.bv}});
         if (c.qkNorm)
-            slots.insert(slots.end(), {{p + "self_attn.q_norm.weight", &lw.qNorm}, {p + "self_attn.k_norm.weight", &lw.kNorm}});
+            slots.insert(slots.end(),
+                         {{p + "self_attn.q_norm.weight", &lw.qNorm}, {p + "self_attn.k_norm.weight", &lw.kNorm}});
         slots.insert(slots.end(), {{p + "self_attn.o_proj.weight", &lw.wo},
                                    {p + "post_attention_layernorm.weight", &lw.postNorm},
                                    {p + "mlp.gate_proj.weight", &lw.wGate},
@@ -210,7 +212,8 @@ torch::Tensor Transformer::forward(const std::vector<int64_t>& ids, KvCache& cac
     const int64_t S = static_cast<int64_t>(ids.size());
     if (start + S > config_.maxPositionEmbeddings)
         throw UsageError("positions " + std::to_string(start) + ".." + std::to_string(start + S - 1) +
-                         " reach past the model's max_position_embeddings (" + std::to_string(config_.maxPositionEmbeddings) + ")");
+                         " reach past the model's max_position_embeddings (" +
+                         std::to_string(config_.maxPositionEmbeddings) + ")");
     cache.reserve(start + S);
 
     Span span;
@@ -324,7 +327,8 @@ torch::Tensor Transformer::attention(int64_t l, const torch::Tensor& x, const Sp
     // between the G query heads of a KV head skips the copy but changes the GEMM shapes, and so
     // which bits come out.)
     torch::Tensor keysQ = repeatKv(keys, G), valuesQ = repeatKv(values, G);               // [Q, T, D]
-    torch::Tensor scores = torch::matmul(q, keysQ.transpose(1, 2)) * std::pow(static_cast<double>(D), -0.5);  // [Q, S, T]
+    torch::Tensor scores =
+        torch::matmul(q, keysQ.transpose(1, 2)) * std::pow(static_cast<double>(D), -0.5);  // [Q, S, T]
     if (span.hidden.defined()) scores = scores.masked_fill(span.hidden, -std::numeric_limits<float>::infinity());
     observe(observer, l, "scores", scores, 1);
     torch::Tensor probs = torch::softmax(scores, -1, torch::kFloat32).to(x.scalar_type()); // [Q, S, T]
@@ -360,10 +364,10 @@ torch::ScalarType parseDtype(const std::string& name) {
 
 std::string dtypeName(torch::ScalarType dtype) {
     switch (dtype) {
-        case torch::kFloat32: return "fp32";
-        case torch::kBFloat16: return "bf16";
-        case torch::kFloat16: return "fp16";
-        default: return c10::toString(dtype);
+    case torch::kFloat32: return "fp32";
+    case torch::kBFloat16: return "bf16";
+    case torch::kFloat16: return "fp16";
+    default: return c10::toString(dtype);
     }
 }
 
@@ -372,8 +376,7 @@ torch::Device parseDevice(const std::string& name) {
     if (name.rfind("cuda", 0) == 0) {
         try {
             return torch::Device(name);
-        } catch (const c10::Error&) {
-        }
+        } catch (const c10::Error&) {}
     }
     throw UsageError("unknown device '" + name + "' (expected cpu, cuda or cuda:N)");
 }

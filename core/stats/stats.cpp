@@ -20,10 +20,14 @@ PairedCounts PairedCounts::from(const std::vector<bool>& first, const std::vecto
     if (first.size() != second.size()) throw UsageError("paired outcomes must have the same length");
     PairedCounts c;
     for (std::size_t i = 0; i < first.size(); ++i) {
-        if (first[i] && second[i]) ++c.bothRight;
-        else if (first[i]) ++c.onlyFirst;
-        else if (second[i]) ++c.onlySecond;
-        else ++c.bothWrong;
+        if (first[i] && second[i])
+            ++c.bothRight;
+        else if (first[i])
+            ++c.onlyFirst;
+        else if (second[i])
+            ++c.onlySecond;
+        else
+            ++c.bothWrong;
     }
     return c;
 }

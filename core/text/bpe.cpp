@@ -23,7 +23,8 @@ BpeModel BpeModel::fromJson(const nlohmann::json& m, const std::string& source) 
     std::unordered_map<std::string, int64_t> vocab;
     if (!m.contains("vocab") || !m["vocab"].is_object()) throw FormatError(source + ": model.vocab must be an object");
     for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) {
-        if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() >= limits::kMaxVocabulary)
+        if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
+            it.value().get<int64_t>() >= limits::kMaxVocabulary)
             throw FormatError(source + ": model.vocab['" + it.key() + "'] must be an integer id from 0 to " +
                               std::to_string(limits::kMaxVocabulary - 1) + " (is " + it.value().dump() + ")");
         vocab[it.key()] = it.value().get<int64_t>();
@@ -53,8 +54,8 @@ BpeModel::BpeModel(std::unordered_map<std::string, int64_t> vocab,
     for (int b = 0; b < 256; ++b) {
         auto it = vocab_.find(alphabet[b]);
         if (it == vocab_.end())
-            throw FormatError(source + ": vocabulary lacks the byte-level token for byte " + std::to_string(b) +
-                              " ('" + alphabet[b] + "')");
+            throw FormatError(source + ": vocabulary lacks the byte-level token for byte " + std::to_string(b) + " ('" +
+                              alphabet[b] + "')");
         byteIds_.push_back(it->second);
     }
     for (std::size_t rank = 0; rank < merges.size(); ++rank) {

@@ -17,8 +17,9 @@ class BpeModel {
 public:
     // `model` is the "model" object of tokenizer.json; options kvscope cannot honour are rejected.
     static BpeModel fromJson(const nlohmann::json& model, const std::string& source);
-    BpeModel(std::unordered_map<std::string, int64_t> vocab, const std::vector<std::pair<std::string, std::string>>& merges,
-             bool ignoreMerges, const std::string& source);
+    BpeModel(std::unordered_map<std::string, int64_t> vocab,
+             const std::vector<std::pair<std::string, std::string>>& merges, bool ignoreMerges,
+             const std::string& source);
 
     // Appends the ids of one pre-tokenized piece of raw bytes.
     void encodeBytes(const std::string& bytes, std::vector<int64_t>& out) const;
@@ -31,7 +32,9 @@ private:
         int64_t rank;
         int64_t result;
     };
-    static std::uint64_t pairKey(int64_t a, int64_t b) { return (static_cast<std::uint64_t>(a) << 32) | static_cast<std::uint64_t>(b); }
+    static std::uint64_t pairKey(int64_t a, int64_t b) {
+        return (static_cast<std::uint64_t>(a) << 32) | static_cast<std::uint64_t>(b);
+    }
 
     std::unordered_map<std::string, int64_t> vocab_;
     std::unordered_map<std::uint64_t, Merge> merges_;

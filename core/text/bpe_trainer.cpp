@@ -65,9 +65,15 @@ nlohmann::json makeTokenizerJson(const TrainedBpe& bpe, const std::vector<std::s
     for (const auto& [a, b] : bpe.merges) merges.push_back({a, b});
     json added = json::array();
     for (std::size_t i = 0; i < specialTokens.size(); ++i)
-        added.push_back({{"id", bpe.vocab.size() + i}, {"content", specialTokens[i]}, {"single_word", false},
-                         {"lstrip", false}, {"rstrip", false}, {"normalized", false}, {"special", true}});
-    const json byteLevel = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
+        added.push_back({{"id", bpe.vocab.size() + i},
+                         {"content", specialTokens[i]},
+                         {"single_word", false},
+                         {"lstrip", false},
+                         {"rstrip", false},
+                         {"normalized", false},
+                         {"special", true}});
+    const json byteLevel = {
+        {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
     return {
         {"version", "1.0"},
         {"truncation", nullptr},
@@ -77,14 +83,24 @@ nlohmann::json makeTokenizerJson(const TrainedBpe& bpe, const std::vector<std::s
         {"pre_tokenizer",
          {{"type", "Sequence"},
           {"pretokenizers",
-           {{{"type", "Split"}, {"pattern", {{"Regex", kQwenSplitPattern}}}, {"behavior", "Isolated"}, {"invert", false}},
+           {{{"type", "Split"},
+             {"pattern", {{"Regex", kQwenSplitPattern}}},
+             {"behavior", "Isolated"},
+             {"invert", false}},
             byteLevel}}}},
         {"post_processor", byteLevel},
         {"decoder", byteLevel},
         {"model",
-         {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", ""},
-          {"end_of_word_suffix", ""}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
-          {"vocab", vocab}, {"merges", merges}}},
+         {{"type", "BPE"},
+          {"dropout", nullptr},
+          {"unk_token", nullptr},
+          {"continuing_subword_prefix", ""},
+          {"end_of_word_suffix", ""},
+          {"fuse_unk", false},
+          {"byte_fallback", false},
+          {"ignore_merges", false},
+          {"vocab", vocab},
+          {"merges", merges}}},
     };
 }
 

@@ -29,11 +29,24 @@ std::size_t utf8Sequence(const std::string& s, std::size_t i, char32_t& cp) {
     const auto b0 = static_cast<unsigned char>(s[i]);
     std::size_t len;
     char32_t min;
-    if (b0 < 0x80) { cp = b0; return 1; }
-    if ((b0 & 0xE0) == 0xC0) { len = 2; cp = b0 & 0x1F; min = 0x80; }
-    else if ((b0 & 0xF0) == 0xE0) { len = 3; cp = b0 & 0x0F; min = 0x800; }
-    else if ((b0 & 0xF8) == 0xF0) { len = 4; cp = b0 & 0x07; min = 0x10000; }
-    else return 0;
+    if (b0 < 0x80) {
+        cp = b0;
+        return 1;
+    }
+    if ((b0 & 0xE0) == 0xC0) {
+        len = 2;
+        cp = b0 & 0x1F;
+        min = 0x80;
+    } else if ((b0 & 0xF0) == 0xE0) {
+        len = 3;
+        cp = b0 & 0x0F;
+        min = 0x800;
+    } else if ((b0 & 0xF8) == 0xF0) {
+        len = 4;
+        cp = b0 & 0x07;
+        min = 0x10000;
+    } else
+        return 0;
     if (i + len > s.size()) return 0;
     for (std::size_t k = 1; k < len; ++k) {
         const auto b = static_cast<unsigned char>(s[i + k]);
@@ -52,10 +65,14 @@ std::size_t maximalSubpart(const std::string& s, std::size_t i) {
     const auto lead = static_cast<unsigned char>(s[i]);
     std::size_t continuations;
     unsigned char low = 0x80, high = 0xBF;  // allowed range of the first continuation byte
-    if (lead >= 0xC2 && lead <= 0xDF) continuations = 1;
-    else if (lead >= 0xE0 && lead <= 0xEF) continuations = 2, low = lead == 0xE0 ? 0xA0 : 0x80, high = lead == 0xED ? 0x9F : 0xBF;
-    else if (lead >= 0xF0 && lead <= 0xF4) continuations = 3, low = lead == 0xF0 ? 0x90 : 0x80, high = lead == 0xF4 ? 0x8F : 0xBF;
-    else return 1;
+    if (lead >= 0xC2 && lead <= 0xDF)
+        continuations = 1;
+    else if (lead >= 0xE0 && lead <= 0xEF)
+        continuations = 2, low = lead == 0xE0 ? 0xA0 : 0x80, high = lead == 0xED ? 0x9F : 0xBF;
+    else if (lead >= 0xF0 && lead <= 0xF4)
+        continuations = 3, low = lead == 0xF0 ? 0x90 : 0x80, high = lead == 0xF4 ? 0x8F : 0xBF;
+    else
+        return 1;
     std::size_t n = 1;
     for (; n <= continuations && i + n < s.size(); ++n) {
         const auto b = static_cast<unsigned char>(s[i + n]);
@@ -79,7 +96,9 @@ const std::unordered_map<char32_t, unsigned char>& reverseAlphabet() {
 const std::array<std::string, 256>& byteLevelAlphabet() {
     static const auto table = [] {
         std::array<std::string, 256> t;
-        auto printable = [](int b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); };
+        auto printable = [](int b) {
+            return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+        };
         char32_t next = 256;
         for (int b = 0; b < 256; ++b) appendUtf8(t[b], printable(b) ? static_cast<char32_t>(b) : next++);
         return t;
@@ -122,8 +141,10 @@ std::string sanitizeUtf8(const std::string& bytes) {
     for (std::size_t i = 0; i < bytes.size();) {
         char32_t cp = 0;
         const std::size_t len = utf8Sequence(bytes, i, cp);
-        if (len) out.append(bytes, i, len);
-        else appendUtf8(out, 0xFFFD);
+        if (len)
+            out.append(bytes, i, len);
+        else
+            appendUtf8(out, 0xFFFD);
         i += len ? len : maximalSubpart(bytes, i);
     }
     return out;

@@ -18,6 +18,7 @@ std::string chatTemplateName(ChatTemplate t);
 
 // The prompt text for `messages`, ending where the assistant's reply begins when addGenerationPrompt.
 // Plain concatenates message contents separated by newlines.
-std::string applyChatTemplate(ChatTemplate t, const std::vector<ChatMessage>& messages, bool addGenerationPrompt = true);
+std::string applyChatTemplate(ChatTemplate t, const std::vector<ChatMessage>& messages,
+                              bool addGenerationPrompt = true);
 
 }  // namespace kvscope

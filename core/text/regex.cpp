@@ -18,13 +18,13 @@ Regex::Regex(const std::string& pattern, bool literal) : code_(std::make_unique<
     int error = 0;
     PCRE2_SIZE offset = 0;
     uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
-    code_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error,
-                                &offset, nullptr);
+    code_->code =
+        pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error, &offset, nullptr);
     if (!code_->code) {
         PCRE2_UCHAR message[256];
         pcre2_get_error_message(error, message, sizeof message);
-        throw FormatError("pre-tokenizer regex '" + pattern + "' does not compile at offset " +
-                          std::to_string(offset) + ": " + reinterpret_cast<char*>(message));
+        throw FormatError("pre-tokenizer regex '" + pattern + "' does not compile at offset " + std::to_string(offset) +
+                          ": " + reinterpret_cast<char*>(message));
     }
     pcre2_jit_compile(code_->code, PCRE2_JIT_COMPLETE);  // optional speed-up; falls back silently
 }

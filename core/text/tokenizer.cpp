@@ -29,16 +29,16 @@ enum class UnicodeForm { NFC, NFD, NFKC, NFKD };
 std::string normalizeUnicode(const std::string& text, UnicodeForm form) {
     int options = UTF8PROC_STABLE;
     switch (form) {
-        case UnicodeForm::NFC: options |= UTF8PROC_COMPOSE; break;
-        case UnicodeForm::NFD: options |= UTF8PROC_DECOMPOSE; break;
-        case UnicodeForm::NFKC: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
-        case UnicodeForm::NFKD: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+    case UnicodeForm::NFC: options |= UTF8PROC_COMPOSE; break;
+    case UnicodeForm::NFD: options |= UTF8PROC_DECOMPOSE; break;
+    case UnicodeForm::NFKC: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
+    case UnicodeForm::NFKD: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
     }
     if (text.empty()) return text;
     utf8proc_uint8_t* out = nullptr;
-    const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                                static_cast<utf8proc_ssize_t>(text.size()), &out,
-                                static_cast<utf8proc_option_t>(options));
+    const auto n =
+        utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
+                     &out, static_cast<utf8proc_option_t>(options));
     if (n < 0) throw UsageError("input text is not valid UTF-8 (" + std::string(utf8proc_errmsg(n)) + ")");
     std::string result(reinterpret_cast<char*>(out), static_cast<std::size_t>(n));
     std::free(out);
@@ -54,11 +54,17 @@ std::vector<UnicodeForm> parseNormalizer(const json& j, const std::string& sourc
             auto inner = parseNormalizer(n, source);
             steps.insert(steps.end(), inner.begin(), inner.end());
         }
-    } else if (type == "NFC") steps.push_back(UnicodeForm::NFC);
-    else if (type == "NFD") steps.push_back(UnicodeForm::NFD);
-    else if (type == "NFKC") steps.push_back(UnicodeForm::NFKC);
-    else if (type == "NFKD") steps.push_back(UnicodeForm::NFKD);
-    else throw FormatError(source + ": normalizer type '" + type + "' is not supported (supported: NFC, NFD, NFKC, NFKD, Sequence)");
+    } else if (type == "NFC")
+        steps.push_back(UnicodeForm::NFC);
+    else if (type == "NFD")
+        steps.push_back(UnicodeForm::NFD);
+    else if (type == "NFKC")
+        steps.push_back(UnicodeForm::NFKC);
+    else if (type == "NFKD")
+        steps.push_back(UnicodeForm::NFKD);
+    else
+        throw FormatError(source + ": normalizer type '" + type +
+                          "' is not supported (supported: NFC, NFD, NFKC, NFKD, Sequence)");
     return steps;
 }
 
@@ -99,10 +105,10 @@ void parsePreTokenizer(const json& j, const std::string& source, PreTokenizer& o
         for (const auto& p : j.at("pretokenizers")) parsePreTokenizer(p, source, out);
         return;
     }
-    if (out.byteLevel)
-        throw FormatError(source + ": pre_tokenizer '" + type + "' after ByteLevel is not supported");
+    if (out.byteLevel) throw FormatError(source + ": pre_tokenizer '" + type + "' after ByteLevel is not supported");
     if (type == "Split") {
-        if (j.value("invert", false)) throw FormatError(source + ": Split pre_tokenizer with invert=true is not supported");
+        if (j.value("invert", false))
+            throw FormatError(source + ": Split pre_tokenizer with invert=true is not supported");
         const std::string behavior = j.value("behavior", "Isolated");
         if (behavior != "Isolated" && behavior != "Removed")
             throw FormatError(source + ": Split behavior '" + behavior + "' is not supported (Isolated, Removed)");
@@ -123,7 +129,8 @@ void parsePreTokenizer(const json& j, const std::string& source, PreTokenizer& o
         out.addPrefixSpace = j.value("add_prefix_space", false);
         if (j.value("use_regex", true)) out.splits.push_back({std::make_shared<Regex>(kGpt2Pattern, false), false});
     } else {
-        throw FormatError(source + ": pre_tokenizer type '" + type + "' is not supported (supported: Split, ByteLevel, Sequence)");
+        throw FormatError(source + ": pre_tokenizer type '" + type +
+                          "' is not supported (supported: Split, ByteLevel, Sequence)");
     }
 }
 
@@ -148,15 +155,20 @@ void parsePostProcessor(const json& j, const std::string& source, PostProcessor&
                 seenSequence = true;
                 continue;
             }
-            if (!item.contains("SpecialToken")) throw FormatError(source + ": TemplateProcessing item is neither Sequence nor SpecialToken");
+            if (!item.contains("SpecialToken"))
+                throw FormatError(source + ": TemplateProcessing item is neither Sequence nor SpecialToken");
             const std::string name = item["SpecialToken"].at("id").get<std::string>();
             const json& specials = j.at("special_tokens");
-            if (!specials.contains(name)) throw FormatError(source + ": TemplateProcessing names special token '" + name + "' not in special_tokens");
+            if (!specials.contains(name))
+                throw FormatError(source + ": TemplateProcessing names special token '" + name +
+                                  "' not in special_tokens");
             auto& target = seenSequence ? out.suffix : out.prefix;
-            for (const auto& id : specials[name].at("ids")) target.push_back(tokenIdFromJson(id, source + ": special_tokens '" + name + "' ids"));
+            for (const auto& id : specials[name].at("ids"))
+                target.push_back(tokenIdFromJson(id, source + ": special_tokens '" + name + "' ids"));
         }
     } else {
-        throw FormatError(source + ": post_processor type '" + type + "' is not supported (supported: ByteLevel, TemplateProcessing, Sequence)");
+        throw FormatError(source + ": post_processor type '" + type +
+                          "' is not supported (supported: ByteLevel, TemplateProcessing, Sequence)");
     }
 }
 
@@ -211,7 +223,8 @@ struct Tokenizer::Impl {
                 const AddedToken* best = nullptr;
                 for (const auto& tok : added)
                     if (tok.normalized == normalizedPass && !tok.content.empty() &&
-                        (!best || tok.content.size() > best->content.size()) && t.compare(i, tok.content.size(), tok.content) == 0)
+                        (!best || tok.content.size() > best->content.size()) &&
+                        t.compare(i, tok.content.size(), tok.content) == 0)
                         best = &tok;
                 if (!best) {
                     ++i;
@@ -279,7 +292,8 @@ Tokenizer Tokenizer::fromJson(const std::string& text, const std::string& source
             t.lstrip = a.value("lstrip", false);
             t.rstrip = a.value("rstrip", false);
             if (a.value("single_word", false))
-                throw FormatError(source + ": added token '" + t.content + "' has single_word=true, which is not supported");
+                throw FormatError(source + ": added token '" + t.content +
+                                  "' has single_word=true, which is not supported");
             impl->addedByContent[t.content] = t.id;
             impl->added.push_back(std::move(t));
         }
@@ -316,18 +330,23 @@ std::vector<int64_t> Tokenizer::encode(const std::string& text, bool addSpecialT
 std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skipSpecialTokens) const {
     std::string bytes;
     for (int64_t id : ids) {
-        if (id < 0 || id >= vocabSize()) throw UsageError("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocabSize()) + ")");
+        if (id < 0 || id >= vocabSize())
+            throw UsageError("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                             std::to_string(vocabSize()) + ")");
         const std::string& token = impl_->idToToken[id];
         auto added = impl_->addedByContent.find(token);
         if (added != impl_->addedByContent.end() && added->second == id) {
-            const auto& info = *std::find_if(impl_->added.begin(), impl_->added.end(), [&](const AddedToken& t) { return t.id == id; });
+            const auto& info = *std::find_if(impl_->added.begin(), impl_->added.end(),
+                                             [&](const AddedToken& t) { return t.id == id; });
             if (skipSpecialTokens && info.special) continue;
         }
         // HF's ByteLevel decoder: characters of the byte-level alphabet become their bytes; a token
         // with any other character is taken verbatim.
         std::string raw;
-        if (fromByteLevel(token, raw)) bytes += raw;
-        else bytes += token;
+        if (fromByteLevel(token, raw))
+            bytes += raw;
+        else
+            bytes += token;
     }
     return sanitizeUtf8(bytes);
 }

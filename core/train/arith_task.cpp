@@ -53,9 +53,9 @@ std::string writeWorked(const ArithProblem& p, const std::function<bool()>& coin
 
 const char* splitName(Split split) {
     switch (split) {
-        case Split::Train: return "train";
-        case Split::Validation: return "validation";
-        case Split::Test: return "test";
+    case Split::Train: return "train";
+    case Split::Validation: return "validation";
+    case Split::Test: return "test";
     }
     return "?";
 }
@@ -140,14 +140,15 @@ std::optional<int64_t> parseAnswer(const std::string& completion) {
     return std::stoll(completion.substr(i, end - i));
 }
 
-void writeDatasetJsonl(const std::vector<ArithProblem>& problems, const std::string& idPrefix, const std::string& path) {
+void writeDatasetJsonl(const std::vector<ArithProblem>& problems, const std::string& idPrefix,
+                       const std::string& path) {
     std::ofstream out(path);
     if (!out) throw FormatError(path + ": cannot open for writing");
     for (std::size_t i = 0; i < problems.size(); ++i) {
         char id[32];
         std::snprintf(id, sizeof id, "-%03zu", i);
-        nlohmann::json line = {{"id", idPrefix + id}, {"prompt", problems[i].prompt()},
-                               {"answer", std::to_string(problems[i].answer)}};
+        nlohmann::json line = {
+            {"id", idPrefix + id}, {"prompt", problems[i].prompt()}, {"answer", std::to_string(problems[i].answer)}};
         out << line.dump() << '\n';
     }
     if (!out.flush()) throw FormatError(path + ": write failed");

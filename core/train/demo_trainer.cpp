@@ -68,10 +68,13 @@ Weights initialWeights(const ModelConfig& c, std::uint64_t seed) {
     for (auto& [name, slot] : hfWeightSlots(c, w)) {
         const std::vector<int64_t>& shape = shapes.at(name);
         auto endsWith = [&name = name](const std::string& suffix) {  // C++17 lambdas cannot capture a binding itself
-            return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+            return name.size() >= suffix.size() &&
+                   name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
         };
-        if (endsWith("norm.weight")) *slot = torch::ones(shape);
-        else if (endsWith(".bias")) *slot = torch::zeros(shape);
+        if (endsWith("norm.weight"))
+            *slot = torch::ones(shape);
+        else if (endsWith(".bias"))
+            *slot = torch::zeros(shape);
         else {
             const double stddev = endsWith("o_proj.weight") || endsWith("down_proj.weight") ? residualStd : 0.02;
             *slot = torch::randn(shape, gen, torch::kFloat32) * stddev;
@@ -113,8 +116,8 @@ void append(Pack& pack, const Sequence& s) {
 torch::Tensor packLoss(const Transformer& model, const Pack& pack) {
     torch::Tensor logits = model.forwardPacked(pack.ids, pack.starts);                       // [S, V]
     torch::Tensor targets = torch::tensor(pack.targets, torch::kInt64);                      // [S]
-    return torch::nn::functional::cross_entropy(
-        logits, targets, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+    return torch::nn::functional::cross_entropy(logits, targets,
+                                                torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
 }
 
 // The training stream: train-split problems in (seed, index) order, packed up to tokensPerStep.
@@ -149,18 +152,22 @@ private:
 };
 
 double learningRateAt(const DemoRecipe& r, int64_t step) {
-    if (step < r.warmupSteps) return r.learningRate * static_cast<double>(step + 1) / static_cast<double>(r.warmupSteps);
-    const double progress = static_cast<double>(step - r.warmupSteps) / static_cast<double>(std::max<int64_t>(1, r.steps - r.warmupSteps));
+    if (step < r.warmupSteps)
+        return r.learningRate * static_cast<double>(step + 1) / static_cast<double>(r.warmupSteps);
+    const double progress =
+        static_cast<double>(step - r.warmupSteps) / static_cast<double>(std::max<int64_t>(1, r.steps - r.warmupSteps));
     return r.learningRate * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, progress))));
 }
 
-double validationLoss(const Transformer& model, const Tokenizer& tok, const std::vector<ArithProblem>& problems, int64_t eos) {
+double validationLoss(const Transformer& model, const Tokenizer& tok, const std::vector<ArithProblem>& problems,
+                      int64_t eos) {
     torch::NoGradGuard noGrad;
     double sum = 0;
     int64_t packs = 0;
     for (std::size_t i = 0; i < problems.size(); i += 16, ++packs) {
         Pack pack;
-        for (std::size_t j = i; j < std::min(problems.size(), i + 16); ++j) append(pack, encodeProblem(tok, problems[j], eos));
+        for (std::size_t j = i; j < std::min(problems.size(), i + 16); ++j)
+            append(pack, encodeProblem(tok, problems[j], eos));
         sum += packLoss(model, pack).item<double>();
     }
     return packs ? sum / static_cast<double>(packs) : 0.0;
@@ -169,7 +176,8 @@ double validationLoss(const Transformer& model, const Tokenizer& tok, const std:
 void writeCheckpoint(const fs::path& dir, const ModelConfig& c, const Weights& trained) {
     Weights copy = trained;  // handles only; the slots below point into `copy`
     std::vector<std::pair<std::string, torch::Tensor>> tensors;
-    for (auto& [name, slot] : hfWeightSlots(c, copy)) tensors.emplace_back(name, slot->detach().to(torch::kBFloat16).contiguous());
+    for (auto& [name, slot] : hfWeightSlots(c, copy))
+        tensors.emplace_back(name, slot->detach().to(torch::kBFloat16).contiguous());
     writeSafetensors((dir / "model.safetensors").string(), tensors, {{"format", "pt"}});
 }
 
@@ -200,26 +208,30 @@ void writeModelCard(const fs::path& dir, const DemoRecipe& r, const ModelConfig&
                 : "Every step is written one way only. ")
         << "Operations per problem: " << r.task.minOperations << "-" << r.task.maxOperations
         << "; + and - operands up to " << r.task.maxOperand << ", * by one digit; every intermediate in [0, "
-        << r.task.maxValue << "]. Splits are decided by a hash of the question (about 90/5/5), so "
-           "train, validation and test never share a question; `test.jsonl` holds " << r.testItems
-        << " test items and `validation.jsonl` " << r.validationItems << ".\n\n"
-        << "## Model\n\n" << parameters << " parameters: hidden " << c.hiddenSize << ", " << c.numLayers
-        << " layers, " << c.numHeads << " heads (" << c.numKvHeads << " KV heads), intermediate "
-        << c.intermediateSize << ", vocabulary " << c.vocabSize << " (byte-level BPE: 256 bytes + "
-        << c.vocabSize - 256 - static_cast<int64_t>(kSpecialTokens.size()) << " merges learned, at most "
-        << r.bpeMerges << " asked; digits stay single tokens + " << kSpecialTokens.size()
-        << " specials). Weights stored in bf16.\n\n"
-        << "## Recipe\n\n```json\n" << r.toJson().dump(2) << "\n```\n\n"
+        << r.task.maxValue
+        << "]. Splits are decided by a hash of the question (about 90/5/5), so "
+           "train, validation and test never share a question; `test.jsonl` holds "
+        << r.testItems << " test items and `validation.jsonl` " << r.validationItems << ".\n\n"
+        << "## Model\n\n"
+        << parameters << " parameters: hidden " << c.hiddenSize << ", " << c.numLayers << " layers, " << c.numHeads
+        << " heads (" << c.numKvHeads << " KV heads), intermediate " << c.intermediateSize << ", vocabulary "
+        << c.vocabSize << " (byte-level BPE: 256 bytes + "
+        << c.vocabSize - 256 - static_cast<int64_t>(kSpecialTokens.size()) << " merges learned, at most " << r.bpeMerges
+        << " asked; digits stay single tokens + " << kSpecialTokens.size() << " specials). Weights stored in bf16.\n\n"
+        << "## Recipe\n\n```json\n"
+        << r.toJson().dump(2) << "\n```\n\n"
         << "AdamW (betas 0.9/0.95), linear warm-up then cosine decay to 10% of the peak rate, gradient "
            "clipping; loss on the completion tokens only; sequences packed into one row per step with a "
            "block-causal mask (`Transformer::forwardPacked`, the inference model itself).\n\n"
         << "## Metrics (measured when this checkpoint was written)\n\n"
         << "| | value |\n|---|---|\n";
     char line[128];
-    std::snprintf(line, sizeof line, "| training time | %.0f s |\n| final training loss | %.4f |\n| validation loss | %.4f |\n",
+    std::snprintf(line, sizeof line,
+                  "| training time | %.0f s |\n| final training loss | %.4f |\n| validation loss | %.4f |\n",
                   result.seconds, result.finalTrainLoss, result.validationLoss);
     out << line;
-    for (const AccuracyReport& a : result.validation) out << "| validation accuracy, " << a.dtype << " | " << percent(a) << " |\n";
+    for (const AccuracyReport& a : result.validation)
+        out << "| validation accuracy, " << a.dtype << " | " << percent(a) << " |\n";
     for (const AccuracyReport& a : result.test) out << "| test accuracy, " << a.dtype << " | " << percent(a) << " |\n";
     out << "| weights fingerprint (bf16) | `" << result.fingerprint << "` |\n\n"
         << "Greedy decoding, at most " << r.evalMaxNewTokens
@@ -243,12 +255,25 @@ int64_t countParameters(const ModelConfig& c, const Weights& w) {
 
 nlohmann::json DemoRecipe::toJson() const {
     return {{"seed", seed},
-            {"task", {{"format", formatName(task.format)}, {"min_operations", task.minOperations},
-                      {"max_operations", task.maxOperations}, {"max_operand", task.maxOperand}, {"max_value", task.maxValue}}},
-            {"hidden_size", hiddenSize}, {"layers", numLayers}, {"heads", numHeads}, {"kv_heads", numKvHeads},
-            {"intermediate_size", intermediateSize}, {"bpe_merges", bpeMerges}, {"steps", steps},
-            {"tokens_per_step", tokensPerStep}, {"learning_rate", learningRate}, {"warmup_steps", warmupSteps},
-            {"weight_decay", weightDecay}, {"grad_clip", gradClip}, {"threads", threads},
+            {"task",
+             {{"format", formatName(task.format)},
+              {"min_operations", task.minOperations},
+              {"max_operations", task.maxOperations},
+              {"max_operand", task.maxOperand},
+              {"max_value", task.maxValue}}},
+            {"hidden_size", hiddenSize},
+            {"layers", numLayers},
+            {"heads", numHeads},
+            {"kv_heads", numKvHeads},
+            {"intermediate_size", intermediateSize},
+            {"bpe_merges", bpeMerges},
+            {"steps", steps},
+            {"tokens_per_step", tokensPerStep},
+            {"learning_rate", learningRate},
+            {"warmup_steps", warmupSteps},
+            {"weight_decay", weightDecay},
+            {"grad_clip", gradClip},
+            {"threads", threads},
             {"eval_max_new_tokens", evalMaxNewTokens}};
 }
 
@@ -275,8 +300,8 @@ AccuracyReport evaluateArithmetic(const std::string& modelDir, const std::vector
 namespace {
 
 TrainingResult trainInto(const fs::path& staging, const fs::path& outDir, const DemoRecipe& r,
-                         const std::function<void(const TrainingProgress&)>& onProgress,
-                         const std::atomic<bool>& stop, int64_t reportEvery) {
+                         const std::function<void(const TrainingProgress&)>& onProgress, const std::atomic<bool>& stop,
+                         int64_t reportEvery) {
     const auto t0 = Clock::now();
     configureThreads(r.threads);
 #ifdef __GLIBC__
@@ -295,15 +320,16 @@ TrainingResult trainInto(const fs::path& staging, const fs::path& outDir, const 
     const ModelConfig config = demoConfig(r, static_cast<int64_t>(bpe.vocab.size() + kSpecialTokens.size()), eos);
     writeJsonFile((staging / "tokenizer.json").string(), makeTokenizerJson(bpe, kSpecialTokens));
     writeJsonFile((staging / "config.json").string(), config.toJson());
-    writeJsonFile((staging / "generation_config.json").string(), {{"eos_token_id", {eos, eos + 2}}, {"do_sample", false}});
+    writeJsonFile((staging / "generation_config.json").string(),
+                  {{"eos_token_id", {eos, eos + 2}}, {"do_sample", false}});
     const Tokenizer tokenizer = Tokenizer::fromModelDir(staging.string());
 
     Weights initial = initialWeights(config, r.seed);
     std::vector<torch::Tensor> parameters;
     for (auto& [name, slot] : hfWeightSlots(config, initial)) parameters.push_back(*slot);
     const Transformer model(config, initial, torch::kFloat32, torch::kCPU);
-    torch::optim::AdamW optimizer(parameters,
-                                  torch::optim::AdamWOptions(r.learningRate).betas({0.9, 0.95}).weight_decay(r.weightDecay));
+    torch::optim::AdamW optimizer(
+        parameters, torch::optim::AdamWOptions(r.learningRate).betas({0.9, 0.95}).weight_decay(r.weightDecay));
 
     PackSource source(r, task, tokenizer, eos);
     TrainingResult result;
@@ -311,7 +337,9 @@ TrainingResult trainInto(const fs::path& staging, const fs::path& outDir, const 
     int64_t windowSteps = 0, tokens = 0;
     const auto trainStart = Clock::now();
     for (int64_t step = 0; step < r.steps; ++step) {
-        if (stop) throw Cancelled("training cancelled at step " + std::to_string(step) + "; nothing was written to " + outDir.string());
+        if (stop)
+            throw Cancelled("training cancelled at step " + std::to_string(step) + "; nothing was written to " +
+                            outDir.string());
         for (auto& group : optimizer.param_groups())
             static_cast<torch::optim::AdamWOptions&>(group.options()).lr(learningRateAt(r, step));
         const Pack pack = source.next();
@@ -329,7 +357,8 @@ TrainingResult trainInto(const fs::path& staging, const fs::path& outDir, const 
             result.finalTrainLoss = windowLoss / static_cast<double>(windowSteps);
             if (onProgress)
                 onProgress({step + 1, r.steps, result.finalTrainLoss, static_cast<double>(tokens) / elapsed,
-                             elapsed / static_cast<double>(step + 1) * static_cast<double>(r.steps - step - 1), "train"});
+                            elapsed / static_cast<double>(step + 1) * static_cast<double>(r.steps - step - 1),
+                            "train"});
             windowLoss = 0;
             windowSteps = 0;
         }
@@ -346,8 +375,10 @@ TrainingResult trainInto(const fs::path& staging, const fs::path& outDir, const 
                     onProgress({done, static_cast<int64_t>(total), 0, 0, 0, std::string(phase) + " " + dtype});
             };
         };
-        result.validation.push_back(evaluateArithmetic(staging.string(), validation, dtype, r.evalMaxNewTokens, report("validation", validation.size())));
-        result.test.push_back(evaluateArithmetic(staging.string(), test, dtype, r.evalMaxNewTokens, report("test", test.size())));
+        result.validation.push_back(evaluateArithmetic(staging.string(), validation, dtype, r.evalMaxNewTokens,
+                                                       report("validation", validation.size())));
+        result.test.push_back(
+            evaluateArithmetic(staging.string(), test, dtype, r.evalMaxNewTokens, report("test", test.size())));
     }
     result.fingerprint = Transformer::load(staging.string(), torch::kBFloat16, torch::kCPU).fingerprint();
     result.seconds = secondsSince(t0);

@@ -46,7 +46,8 @@ void writeFileAtomically(const std::string& path, const std::function<void(std::
         fault::point("fsync of a .partial file");
         if (!fsyncPath(partial, O_RDONLY)) throw FormatError(partial + ": cannot flush to disk");
         fault::point("rename of a .partial file into place");
-        if (std::rename(partial.c_str(), path.c_str()) != 0) throw FormatError(path + ": cannot move the finished file into place");
+        if (std::rename(partial.c_str(), path.c_str()) != 0)
+            throw FormatError(path + ": cannot move the finished file into place");
     } catch (...) {
         std::remove(partial.c_str());
         throw;

@@ -4,6 +4,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -82,13 +83,17 @@ int hookedDeviceCharacteristics(sqlite3_file* f) { return real(f)->pMethods->xDe
 int hookedShmMap(sqlite3_file* f, int page, int size, int extend, void volatile** out) {
     return real(f)->pMethods->xShmMap(real(f), page, size, extend, out);
 }
-int hookedShmLock(sqlite3_file* f, int offset, int n, int flags) { return real(f)->pMethods->xShmLock(real(f), offset, n, flags); }
+int hookedShmLock(sqlite3_file* f, int offset, int n, int flags) {
+    return real(f)->pMethods->xShmLock(real(f), offset, n, flags);
+}
 void hookedShmBarrier(sqlite3_file* f) { real(f)->pMethods->xShmBarrier(real(f)); }
 int hookedShmUnmap(sqlite3_file* f, int deleteFlag) { return real(f)->pMethods->xShmUnmap(real(f), deleteFlag); }
 int hookedFetch(sqlite3_file* f, sqlite3_int64 offset, int amount, void** out) {
     return real(f)->pMethods->xFetch(real(f), offset, amount, out);
 }
-int hookedUnfetch(sqlite3_file* f, sqlite3_int64 offset, void* page) { return real(f)->pMethods->xUnfetch(real(f), offset, page); }
+int hookedUnfetch(sqlite3_file* f, sqlite3_int64 offset, void* page) {
+    return real(f)->pMethods->xUnfetch(real(f), offset, page);
+}
 
 int hookedOpen(sqlite3_vfs*, sqlite3_filename name, sqlite3_file* f, int flags, int* outFlags) {
     auto* hooked = reinterpret_cast<HookedFile*>(f);
@@ -96,7 +101,7 @@ int hookedOpen(sqlite3_vfs*, sqlite3_filename name, sqlite3_file* f, int flags, 
     const int rc = realVfs->xOpen(realVfs, name, hooked->real, flags, outFlags);
     // SQLite calls xClose only when xOpen set pMethods; mirror the real file's answer.
     const sqlite3_io_methods* methods = hooked->real->pMethods;
-    hooked->base.pMethods = methods ? &hookedMethods[methods->iVersion < 1 ? 1 : methods->iVersion > 3 ? 3 : methods->iVersion] : nullptr;
+    hooked->base.pMethods = methods ? &hookedMethods[std::clamp(methods->iVersion, 1, 3)] : nullptr;
     return rc;
 }
 int hookedDelete(sqlite3_vfs*, const char* name, int syncDir) {
@@ -112,11 +117,25 @@ void installHookedVfs() {
     hookedVfs.xOpen = hookedOpen;
     hookedVfs.xDelete = hookedDelete;
     for (int version = 1; version <= 3; ++version)
-        hookedMethods[version] = sqlite3_io_methods{version, hookedClose, hookedRead, hookedWrite, hookedTruncate, hookedSync,
-                                                    hookedFileSize, hookedLock, hookedUnlock, hookedCheckReservedLock,
-                                                    hookedFileControl, hookedSectorSize, hookedDeviceCharacteristics,
-                                                    hookedShmMap, hookedShmLock, hookedShmBarrier, hookedShmUnmap,
-                                                    hookedFetch, hookedUnfetch};
+        hookedMethods[version] = sqlite3_io_methods{version,
+                                                    hookedClose,
+                                                    hookedRead,
+                                                    hookedWrite,
+                                                    hookedTruncate,
+                                                    hookedSync,
+                                                    hookedFileSize,
+                                                    hookedLock,
+                                                    hookedUnlock,
+                                                    hookedCheckReservedLock,
+                                                    hookedFileControl,
+                                                    hookedSectorSize,
+                                                    hookedDeviceCharacteristics,
+                                                    hookedShmMap,
+                                                    hookedShmLock,
+                                                    hookedShmBarrier,
+                                                    hookedShmUnmap,
+                                                    hookedFetch,
+                                                    hookedUnfetch};
     sqlite3_vfs_register(&hookedVfs, /*makeDefault=*/1);
 }
 
@@ -129,7 +148,8 @@ void point(const char* operation) {
     const long long n = ++passed;
     if (n == settings().killAt) {
         char line[160];
-        const int length = std::snprintf(line, sizeof line, "kvscope: fault injection: killed at fault point %lld (%s)\n", n, operation);
+        const int length = std::snprintf(line, sizeof line,
+                                         "kvscope: fault injection: killed at fault point %lld (%s)\n", n, operation);
         [[maybe_unused]] const ssize_t ignored = ::write(STDERR_FILENO, line, static_cast<std::size_t>(length));
         std::raise(SIGKILL);
     }

@@ -9,6 +9,8 @@
 
 namespace kvscope {
 
-inline void writeJsonFile(const std::string& path, const nlohmann::json& j) { writeTextFileAtomically(path, j.dump(2) + "\n"); }
+inline void writeJsonFile(const std::string& path, const nlohmann::json& j) {
+    writeTextFileAtomically(path, j.dump(2) + "\n");
+}
 
 }  // namespace kvscope

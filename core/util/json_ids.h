@@ -15,11 +15,13 @@
 namespace kvscope {
 
 inline int64_t tokenIdFromJson(const nlohmann::json& v, const std::string& what) {
-    const bool inRange = v.is_number_unsigned() ? v.get<std::uint64_t>() < static_cast<std::uint64_t>(limits::kMaxVocabulary)
-                         : v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < limits::kMaxVocabulary;
+    const bool inRange =
+        v.is_number_unsigned()
+            ? v.get<std::uint64_t>() < static_cast<std::uint64_t>(limits::kMaxVocabulary)
+            : v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < limits::kMaxVocabulary;
     if (!inRange)
-        throw FormatError(what + ": expected a token id (an integer from 0 to " + std::to_string(limits::kMaxVocabulary - 1) +
-                          "), got " + v.dump().substr(0, 40));
+        throw FormatError(what + ": expected a token id (an integer from 0 to " +
+                          std::to_string(limits::kMaxVocabulary - 1) + "), got " + v.dump().substr(0, 40));
     return v.get<int64_t>();
 }
 

@@ -14,7 +14,7 @@ namespace kvscope {
 MappedFile::MappedFile(const std::string& path) : path_(path) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw FormatError(path + ": cannot open (" + std::strerror(errno) + ")");
-    struct stat st {};
+    struct stat st{};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         ::close(fd);
         throw FormatError(path + ": not a regular file");

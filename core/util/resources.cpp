@@ -25,7 +25,8 @@ std::string findDataFile(const std::string& relative) {
         if (fs::exists(candidate)) return candidate.lexically_normal().string();
         looked += (looked.empty() ? "" : ", ") + candidate.string();
     }
-    throw UsageError("cannot find kvscope's " + relative + " (looked in " + looked + "; set KVSCOPE_DATA_DIR to the folder that holds it)");
+    throw UsageError("cannot find kvscope's " + relative + " (looked in " + looked +
+                     "; set KVSCOPE_DATA_DIR to the folder that holds it)");
 }
 
 std::string userDataDir() {

@@ -33,8 +33,8 @@ std::string cpuVectorFeatures() {
         std::vector<std::string> flags;
         for (std::string w; words >> w;) flags.push_back(w);
         std::string found;
-        for (const char* wanted : {"avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16",
-                                   "amx_bf16", "amx_fp16"})
+        for (const char* wanted :
+             {"avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16"})
             for (const auto& f : flags)
                 if (f == wanted) found += (found.empty() ? "" : " ") + f;
         return found.empty() ? "no AVX2/AVX-512/AMX" : found;

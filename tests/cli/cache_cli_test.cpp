@@ -15,9 +15,16 @@ protected:
     static void SetUpTestSuite() {
         dir = new test::TempDir;
         model = shellQuote(test::tinyModel("qwen2-wide"));  // live and prefill part bits (test_support.h)
-        ASSERT_EQ(run("cache build --model " + model + " --prompt-ids 5,6,7,8,9 --generate 64 --construction live --dtype bf16 --out " + f("live")).exitCode, 0);
+        ASSERT_EQ(run("cache build --model " + model +
+                      " --prompt-ids 5,6,7,8,9 --generate 64 --construction live --dtype bf16 --out " + f("live"))
+                      .exitCode,
+                  0);
         for (const char* c : {"prefill", "incremental", "incremental:0", "chunked:4"})
-            ASSERT_EQ(run("cache build --model " + model + " --ids-from " + f("live") + " --construction " + c + " --dtype bf16 --out " + f(c)).exitCode, 0) << c;
+            ASSERT_EQ(run("cache build --model " + model + " --ids-from " + f("live") + " --construction " + c +
+                          " --dtype bf16 --out " + f(c))
+                          .exitCode,
+                      0)
+                << c;
     }
     static void TearDownTestSuite() {
         delete dir;
@@ -72,14 +79,22 @@ TEST_F(CacheCli, DiffJsonReportsBridgeExactAndPrefillDifferent) {
 }
 
 TEST_F(CacheCli, TransplantAllMakesTheDonorAndContinuationFollowsIt) {
-    ASSERT_EQ(run("cache transplant --recipient " + f("prefill") + " --donor " + f("live") + " --layers all --out " + f("spliced")).exitCode, 0);
+    ASSERT_EQ(run("cache transplant --recipient " + f("prefill") + " --donor " + f("live") + " --layers all --out " +
+                  f("spliced"))
+                  .exitCode,
+              0);
     EXPECT_EQ(json("cache diff " + f("spliced") + " " + f("live") + " --json")["bit_exact"], true);
-    auto fromSpliced = json("continue --model " + model + " --dtype bf16 --cache " + f("spliced") + " --max-new-tokens 8 --json");
-    auto fromLive = json("continue --model " + model + " --dtype bf16 --cache " + f("live") + " --max-new-tokens 8 --json");
+    auto fromSpliced =
+        json("continue --model " + model + " --dtype bf16 --cache " + f("spliced") + " --max-new-tokens 8 --json");
+    auto fromLive =
+        json("continue --model " + model + " --dtype bf16 --cache " + f("live") + " --max-new-tokens 8 --json");
     EXPECT_EQ(fromSpliced["generated_ids"], fromLive["generated_ids"]);
     for (const char* key : {"prompt_ids", "generated_ids", "text", "steps"}) EXPECT_TRUE(fromLive.contains(key)) << key;
 
-    ASSERT_EQ(run("cache transplant --recipient " + f("prefill") + " --donor " + f("live") + " --layers 1 --kv v --positions 3:10 --out " + f("partial")).exitCode, 0);
+    ASSERT_EQ(run("cache transplant --recipient " + f("prefill") + " --donor " + f("live") +
+                  " --layers 1 --kv v --positions 3:10 --out " + f("partial"))
+                  .exitCode,
+              0);
     auto partial = json("cache diff " + f("partial") + " " + f("prefill") + " --json");
     EXPECT_EQ(partial["layers"][0]["bit_exact"], true);
     EXPECT_EQ(partial["layers"][1]["k"]["differing"], 0);
@@ -98,23 +113,35 @@ TEST_F(CacheCli, LocateNamesTheFirstDifferingOp) {
 TEST_F(CacheCli, CommandsOnACacheTakeItsDtypeUnlessTold) {
     // No --dtype: the cache's (bf16) is used, with the same result as saying it.
     auto implicit = json("continue --model " + model + " --cache " + f("live") + " --max-new-tokens 8 --json");
-    auto explicitly = json("continue --model " + model + " --dtype bf16 --cache " + f("live") + " --max-new-tokens 8 --json");
+    auto explicitly =
+        json("continue --model " + model + " --dtype bf16 --cache " + f("live") + " --max-new-tokens 8 --json");
     EXPECT_EQ(implicit["ids"], explicitly["ids"]);
-    ASSERT_EQ(run("cache build --model " + model + " --ids-from " + f("live") + " --construction prefill --out " + f("implicit")).exitCode, 0);
-    EXPECT_EQ(json("cache info " + f("implicit") + " --json")["fingerprint"], json("cache info " + f("prefill") + " --json")["fingerprint"]);
-    EXPECT_FALSE(json("cache locate --model " + model + " " + f("live") + " " + f("prefill") + " --json")["first_difference"].is_null());
+    ASSERT_EQ(run("cache build --model " + model + " --ids-from " + f("live") + " --construction prefill --out " +
+                  f("implicit"))
+                  .exitCode,
+              0);
+    EXPECT_EQ(json("cache info " + f("implicit") + " --json")["fingerprint"],
+              json("cache info " + f("prefill") + " --json")["fingerprint"]);
+    EXPECT_FALSE(
+        json("cache locate --model " + model + " " + f("live") + " " + f("prefill") + " --json")["first_difference"]
+            .is_null());
 }
 
 TEST_F(CacheCli, RefusalsAreOneLineErrors) {
     auto wrongDtype = runCli("continue --model " + model + " --dtype fp32 --cache " + f("live"));
     EXPECT_NE(wrongDtype.exitCode, 0);
     EXPECT_NE(wrongDtype.err.find("another model or dtype"), std::string::npos) << wrongDtype.err;
-    ASSERT_EQ(run("cache build --model " + model + " --prompt-ids 1,2,3 --generate 3 --construction live --dtype bf16 --out " + f("short")).exitCode, 0);
-    auto mismatch = runCli("cache transplant --recipient " + f("live") + " --donor " + f("short") + " --layers all --out " + f("x"));
+    ASSERT_EQ(run("cache build --model " + model +
+                  " --prompt-ids 1,2,3 --generate 3 --construction live --dtype bf16 --out " + f("short"))
+                  .exitCode,
+              0);
+    auto mismatch = runCli("cache transplant --recipient " + f("live") + " --donor " + f("short") +
+                           " --layers all --out " + f("x"));
     EXPECT_NE(mismatch.exitCode, 0);
     EXPECT_NE(mismatch.err.find("transplant refused"), std::string::npos) << mismatch.err;
     EXPECT_EQ(std::count(mismatch.err.begin(), mismatch.err.end(), '\n'), 1);
-    auto badConstruction = runCli("cache build --model " + model + " --ids-from " + f("live") + " --construction oneshot --out " + f("y"));
+    auto badConstruction =
+        runCli("cache build --model " + model + " --ids-from " + f("live") + " --construction oneshot --out " + f("y"));
     EXPECT_EQ(badConstruction.exitCode, 2);
     EXPECT_NE(badConstruction.err.find("oneshot"), std::string::npos);
     auto notACache = runCli("cache info " + shellQuote(test::tinyModel("qwen2") + "/model.safetensors"));

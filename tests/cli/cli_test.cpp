@@ -25,7 +25,8 @@ TEST(Cli, VersionNamesKvscopeLibtorchAndDevice) {
     EXPECT_EQ(r.exitCode, 0);
     EXPECT_NE(r.out.find("kvscope 0."), std::string::npos);
     // The executable links the same libtorch as this test: its version and the very file loaded.
-    EXPECT_NE(r.out.find("libtorch " + libtorchVersion() + " (" + libtorchLibraryPath() + ")"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("libtorch " + libtorchVersion() + " (" + libtorchLibraryPath() + ")"), std::string::npos)
+        << r.out;
     EXPECT_NE(r.out.find("cpu"), std::string::npos);
 }
 
@@ -80,7 +81,8 @@ TEST(Cli, SeededSamplingIsReproducibleAcrossProcesses) {
 }
 
 TEST(Cli, Bf16AndQwen3Run) {
-    auto r = runCli("generate --model " + model("qwen3") + " --prompt-ids 4,5,6 --dtype bf16 --max-new-tokens 3 --json");
+    auto r =
+        runCli("generate --model " + model("qwen3") + " --prompt-ids 4,5,6 --dtype bf16 --max-new-tokens 3 --json");
     ASSERT_EQ(r.exitCode, 0) << r.err;
     EXPECT_EQ(nlohmann::json::parse(r.out)["generated_ids"].size(), 3u);
 }
@@ -111,16 +113,20 @@ TEST(Cli, CorruptWeightsAreAReadableError) {
 
 TEST(Cli, MakeTestModelWritesALoadableShardedCheckpoint) {
     test::TempDir dir;
-    auto r = runCli("make-test-model --arch llama --layers 1 --hidden-size 32 --heads 2 --kv-heads 1 "
-                    "--intermediate-size 48 --shards 2 --seed 3 --out " + shellQuote(dir.file("m")));
+    auto r = runCli(
+        "make-test-model --arch llama --layers 1 --hidden-size 32 --heads 2 --kv-heads 1 "
+        "--intermediate-size 48 --shards 2 --seed 3 --out " +
+        shellQuote(dir.file("m")));
     ASSERT_EQ(r.exitCode, 0) << r.err;
     EXPECT_TRUE(std::filesystem::exists(dir.file("m/model.safetensors.index.json")));
     EXPECT_TRUE(std::filesystem::exists(dir.file("m/tokenizer.json")));
     auto g = runCli("generate --model " + shellQuote(dir.file("m")) + " --prompt hello --max-new-tokens 2");
     EXPECT_EQ(g.exitCode, 0) << g.err;
     // Same seed, same bytes.
-    auto again = runCli("make-test-model --arch llama --layers 1 --hidden-size 32 --heads 2 --kv-heads 1 "
-                        "--intermediate-size 48 --shards 2 --seed 3 --out " + shellQuote(dir.file("m2")));
+    auto again = runCli(
+        "make-test-model --arch llama --layers 1 --hidden-size 32 --heads 2 --kv-heads 1 "
+        "--intermediate-size 48 --shards 2 --seed 3 --out " +
+        shellQuote(dir.file("m2")));
     ASSERT_EQ(again.exitCode, 0);
     EXPECT_EQ(test::readTextFile(dir.file("m/model-00001-of-00002.safetensors")),
               test::readTextFile(dir.file("m2/model-00001-of-00002.safetensors")));

@@ -29,14 +29,15 @@ void writeSmallExperiment(const test::TempDir& dir) {
     test::writeTextFile(dir.file("items.jsonl"),
                         "{\"id\": \"a\", \"prompt\": \"Q: what is 51 + 29?\\nStep 1:\", \"answer\": \"80\"}\n"
                         "{\"id\": \"b\", \"prompt\": \"Q: what is 60 + 93?\\nStep 1:\", \"answer\": \"153\"}\n");
-    test::writeTextFile(dir.file("exp.toml"), "name = \"crash-safety\"\n"
-                                              "[model]\ndir = \"model\"\ndtypes = [\"bf16\"]\nthreads = 1\n"
-                                              "[model.generate]\narch = \"qwen2\"\nseed = 5\nhidden_size = 32\nlayers = 2\n"
-                                              "heads = 2\nkv_heads = 1\nintermediate_size = 64\n"
-                                              "[dataset]\npath = \"items.jsonl\"\n"
-                                              "[generation]\nmax_new_tokens = 12\nignore_eos = true\n"
-                                              "[boundary]\nrule = \"fraction\"\nfraction = 0.5\n"
-                                              "[protocols]\nrun = [\"matched\", \"bridge\"]\n");
+    test::writeTextFile(dir.file("exp.toml"),
+                        "name = \"crash-safety\"\n"
+                        "[model]\ndir = \"model\"\ndtypes = [\"bf16\"]\nthreads = 1\n"
+                        "[model.generate]\narch = \"qwen2\"\nseed = 5\nhidden_size = 32\nlayers = 2\n"
+                        "heads = 2\nkv_heads = 1\nintermediate_size = 64\n"
+                        "[dataset]\npath = \"items.jsonl\"\n"
+                        "[generation]\nmax_new_tokens = 12\nignore_eos = true\n"
+                        "[boundary]\nrule = \"fraction\"\nfraction = 0.5\n"
+                        "[protocols]\nrun = [\"matched\", \"bridge\"]\n");
 }
 
 std::string runCommand(const test::TempDir& dir) {
@@ -54,13 +55,18 @@ nlohmann::json ledgerItems(const std::string& path) {
     nlohmann::json out = nlohmann::json::array();
     if (runs.size() != 1) return out;
     for (auto r : ledger.items(runs.front().runId)) {
-        if (r.results.contains("caches")) for (auto& [construction, cachePath] : r.results["caches"].items()) {
-            const std::string p = cachePath.get<std::string>();
-            EXPECT_EQ(p.rfind(folder, 0), 0u) << p;
-            cachePath = p.substr(folder.size());
-        }
-        out.push_back({{"id", r.itemId}, {"status", r.status}, {"results", r.results}, {"trajectories", r.trajectories},
-                       {"fingerprints", r.fingerprints}, {"tokens", r.tokens}});
+        if (r.results.contains("caches"))
+            for (auto& [construction, cachePath] : r.results["caches"].items()) {
+                const std::string p = cachePath.get<std::string>();
+                EXPECT_EQ(p.rfind(folder, 0), 0u) << p;
+                cachePath = p.substr(folder.size());
+            }
+        out.push_back({{"id", r.itemId},
+                       {"status", r.status},
+                       {"results", r.results},
+                       {"trajectories", r.trajectories},
+                       {"fingerprints", r.fingerprints},
+                       {"tokens", r.tokens}});
     }
     return out;
 }
@@ -70,7 +76,8 @@ std::string integrityCheck(const std::string& path) {
     std::string verdict = "cannot open";
     if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
         sqlite3_stmt* stmt = nullptr;
-        if (sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &stmt, nullptr) == SQLITE_OK && sqlite3_step(stmt) == SQLITE_ROW)
+        if (sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &stmt, nullptr) == SQLITE_OK &&
+            sqlite3_step(stmt) == SQLITE_ROW)
             verdict = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
         sqlite3_finalize(stmt);
     }
@@ -81,23 +88,27 @@ std::string integrityCheck(const std::string& path) {
 std::map<std::string, std::string> folderFiles(const std::string& folder) {
     std::map<std::string, std::string> files;
     if (!fs::is_directory(folder)) return files;
-    for (const auto& e : fs::directory_iterator(folder)) files[e.path().filename().string()] = test::readTextFile(e.path().string());
+    for (const auto& e : fs::directory_iterator(folder))
+        files[e.path().filename().string()] = test::readTextFile(e.path().string());
     return files;
 }
 
 // Killed at fault point n of a fresh copy of the small run, then resumed: "" when everything matches
 // the uninterrupted run, else what did not.
-std::string killAndResume(long long n, const nlohmann::json& expected, const std::map<std::string, std::string>& expectedCaches) {
+std::string killAndResume(long long n, const nlohmann::json& expected,
+                          const std::map<std::string, std::string>& expectedCaches) {
     test::TempDir dir;
     writeSmallExperiment(dir);
     const auto killed = runCli(runCommand(dir), "KVSCOPE_FAULT_AT=" + std::to_string(n));
-    if (killed.exitCode == 0 || killed.err.find("fault injection: killed at fault point " + std::to_string(n)) == std::string::npos)
+    if (killed.exitCode == 0 ||
+        killed.err.find("fault injection: killed at fault point " + std::to_string(n)) == std::string::npos)
         return "was not killed (exit " + std::to_string(killed.exitCode) + "): " + killed.err;
     const auto resumed = runCli(runCommand(dir));
     if (resumed.exitCode != 0) return "resume failed: " + resumed.err;
     const auto items = ledgerItems(dir.file("ledger.db"));
     if (items != expected) return "ledger differs:\n" + items.dump(1) + "\nexpected:\n" + expected.dump(1);
-    if (const auto verdict = integrityCheck(dir.file("ledger.db")); verdict != "ok") return "integrity_check: " + verdict;
+    if (const auto verdict = integrityCheck(dir.file("ledger.db")); verdict != "ok")
+        return "integrity_check: " + verdict;
     const auto audit = runCli("audit " + shellQuote(dir.file("ledger.db")));
     if (audit.exitCode != 0) return "audit exit " + std::to_string(audit.exitCode) + ": " + audit.out + audit.err;
     if (folderFiles(dir.file("caches")) != expectedCaches) return "kept caches differ";
@@ -127,13 +138,15 @@ TEST(CrashSafety, KilledAtEveryWriteThenResumedEqualsTheUninterruptedRun) {
             const std::string failure = killAndResume(n, expected, expectedCaches);
             if (failure.empty()) continue;
             const std::lock_guard<std::mutex> lock(mutex);
-            failures.push_back("killed at fault point " + std::to_string(n) + " of " + std::to_string(faultPoints) + ": " + failure);
+            failures.push_back("killed at fault point " + std::to_string(n) + " of " + std::to_string(faultPoints) +
+                               ": " + failure);
         }
     };
     std::thread second(walk);
     walk();
     second.join();
-    EXPECT_TRUE(failures.empty()) << failures.size() << " of " << faultPoints << " fault points failed; first: " << failures.front();
+    EXPECT_TRUE(failures.empty()) << failures.size() << " of " << faultPoints
+                                  << " fault points failed; first: " << failures.front();
     RecordProperty("fault_points_walked", static_cast<int>(faultPoints));
 }
 
@@ -142,10 +155,13 @@ TEST(CrashSafety, AMergeKilledAtAnyWriteLeavesItsOutputAsItWas) {
     writeSmallExperiment(dir);
     const std::string exp = shellQuote(dir.file("exp.toml"));
     for (int i = 0; i < 2; ++i)
-        ASSERT_EQ(runCli("run " + exp + " --ledger " + shellQuote(dir.file("s" + std::to_string(i) + ".db")) + " --shard " +
-                         std::to_string(i) + "/2").exitCode, 0);
+        ASSERT_EQ(runCli("run " + exp + " --ledger " + shellQuote(dir.file("s" + std::to_string(i) + ".db")) +
+                         " --shard " + std::to_string(i) + "/2")
+                      .exitCode,
+                  0);
     const std::string merge = "ledger merge " + shellQuote(dir.file("out.db")) + " " + shellQuote(dir.file("s1.db"));
-    ASSERT_EQ(runCli("ledger merge " + shellQuote(dir.file("out.db")) + " " + shellQuote(dir.file("s0.db"))).exitCode, 0);
+    ASSERT_EQ(runCli("ledger merge " + shellQuote(dir.file("out.db")) + " " + shellQuote(dir.file("s0.db"))).exitCode,
+              0);
     const auto before = ledgerItems(dir.file("out.db"));
     ASSERT_EQ(before.size(), 1u);  // item a
 

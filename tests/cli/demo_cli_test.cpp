@@ -44,7 +44,8 @@ TEST(ShippedDemoModel, IsTheTrainedCheckpointItsCardDescribes) {
     const std::string card = test::readTextFile(demoModel() + "/README.md");
     EXPECT_NE(card.find(model.fingerprint()), std::string::npos) << "the card names the shipped weights' fingerprint";
     // A random model answers none of these; the trained one answers most.
-    const auto report = train::evaluateArithmetic(demoModel(), shippedTestProblems(40), "fp32", train::DemoRecipe{}.evalMaxNewTokens);
+    const auto report =
+        train::evaluateArithmetic(demoModel(), shippedTestProblems(40), "fp32", train::DemoRecipe{}.evalMaxNewTokens);
     EXPECT_EQ(report.total, 40);
     EXPECT_GE(report.correct, 20) << "the shipped model should answer at least half of the first 40 test items";
     EXPECT_GT(std::filesystem::file_size(demoModel() + "/test.jsonl"), 0u);
@@ -63,7 +64,8 @@ TEST(ShippedDemoModel, HasNearTiesBetweenEquallyRightWaysToWriteAStep) {
     int nearTies = 0;
     const auto problems = shippedTestProblems(10);
     for (const auto& p : problems)
-        for (const StepRecord& step : generator.generate(tokenizer.encode(p.prompt(), false), SamplingParams{}, stops).steps)
+        for (const StepRecord& step :
+             generator.generate(tokenizer.encode(p.prompt(), false), SamplingParams{}, stops).steps)
             nearTies += step.margin < 0.5;
     // The plain-format model of 0.1 had 18 steps below 0.25 in 4,789 (its model card): ~0.04 per item.
     EXPECT_GE(nearTies, 2 * static_cast<int>(problems.size())) << "near-ties per item, on average, in fp32";

@@ -58,8 +58,10 @@ std::function<std::string(const std::string&)> configWith(const std::string& key
     return [key, value](const std::string& dir) {
         const std::string m = modelCopy(dir);
         json c = readJson(m + "/config.json");
-        if (value.is_null()) c.erase(key);
-        else c[key] = value;
+        if (value.is_null())
+            c.erase(key);
+        else
+            c[key] = value;
         writeJsonFile(m + "/config.json", c);
         return "generate --model " + q(m) + " --prompt-ids 1,2,3 --max-new-tokens 2";
     };
@@ -88,7 +90,8 @@ std::function<std::string(const std::string&)> weightBytes(std::function<void(st
 }
 
 // Copy of the model with tensor `name` replaced (undefined: removed).
-std::function<std::string(const std::string&)> weightTensor(const std::string& name, std::function<torch::Tensor()> make) {
+std::function<std::string(const std::string&)> weightTensor(const std::string& name,
+                                                            std::function<torch::Tensor()> make) {
     return [name, make](const std::string& dir) {
         const std::string m = modelCopy(dir);
         std::vector<std::pair<std::string, torch::Tensor>> tensors;
@@ -117,12 +120,15 @@ std::function<std::string(const std::string&)> indexWith(std::function<void(json
 }
 
 // A bf16 live cache of the tiny model, its metadata or bytes changed; `command` uses it as {cache}.
-std::function<std::string(const std::string&)> cacheWith(std::function<void(std::map<std::string, std::string>&)> editMeta,
-                                                         const std::string& command = "continue --model {model} --cache {cache}") {
+std::function<std::string(const std::string&)> cacheWith(
+    std::function<void(std::map<std::string, std::string>&)> editMeta,
+    const std::string& command = "continue --model {model} --cache {cache}") {
     return [editMeta, command](const std::string& dir) {
         const std::string model = test::tinyModel("qwen2"), cache = dir + "/c.safetensors";
-        const auto built = test::runCli("cache build --model " + q(model) + " --prompt-ids 1,2,3 --generate 4 --construction live "
-                                        "--dtype bf16 --out " + q(cache));
+        const auto built = test::runCli("cache build --model " + q(model) +
+                                        " --prompt-ids 1,2,3 --generate 4 --construction live "
+                                        "--dtype bf16 --out " +
+                                        q(cache));
         if (built.exitCode != 0) return std::string("cache build failed: ") + built.err;
         std::map<std::string, std::string> meta;
         std::vector<std::pair<std::string, torch::Tensor>> tensors;
@@ -144,13 +150,16 @@ const char* kExperimentBase =
 
 // An experiment file with `extra` appended (later keys of a section are refused as duplicates by TOML,
 // so cases that change a base key replace it) and a one-item dataset.
-std::function<std::string(const std::string&)> experimentWith(const std::string& from, const std::string& to,
-                                                              const std::string& dataset = "{\"id\": \"a\", \"prompt\": \"1+1\", \"answer\": \"2\"}\n") {
+std::function<std::string(const std::string&)> experimentWith(
+    const std::string& from, const std::string& to,
+    const std::string& dataset = "{\"id\": \"a\", \"prompt\": \"1+1\", \"answer\": \"2\"}\n") {
     return [from, to, dataset](const std::string& dir) {
         std::string toml = kExperimentBase;
         toml.replace(toml.find("MODEL"), 5, test::tinyModel("qwen2"));
-        if (!from.empty()) toml.replace(toml.find(from), from.size(), to);
-        else toml += to;
+        if (!from.empty())
+            toml.replace(toml.find(from), from.size(), to);
+        else
+            toml += to;
         test::writeTextFile(dir + "/exp.toml", toml);
         test::writeTextFile(dir + "/data.jsonl", dataset);
         return "run " + q(dir + "/exp.toml") + " --ledger " + q(dir + "/l.db");
@@ -165,20 +174,38 @@ std::vector<MalformedCase> cases() {
     auto flipHeaderLength = [](std::string& b) { b[0] = '\xff', b[1] = '\xff', b[2] = '\xff'; };
     return {
         // config.json
-        {"ConfigMissing", [](const std::string& d) { const auto m = modelCopy(d); fs::remove(m + "/config.json");
-             return "generate --model " + q(m) + " --prompt-ids 1"; }, {"config.json", "not found"}},
-        {"ConfigNotJson", [](const std::string& d) { const auto m = modelCopy(d); test::writeTextFile(m + "/config.json", "{\"a\":");
-             return "generate --model " + q(m) + " --prompt-ids 1"; }, {"config.json", "not valid JSON"}},
+        {"ConfigMissing",
+         [](const std::string& d) {
+             const auto m = modelCopy(d);
+             fs::remove(m + "/config.json");
+             return "generate --model " + q(m) + " --prompt-ids 1";
+         },
+         {"config.json", "not found"}},
+        {"ConfigNotJson",
+         [](const std::string& d) {
+             const auto m = modelCopy(d);
+             test::writeTextFile(m + "/config.json", "{\"a\":");
+             return "generate --model " + q(m) + " --prompt-ids 1";
+         },
+         {"config.json", "not valid JSON"}},
         {"ConfigHiddenSizeMissing", configWith("hidden_size", nullptr), {"config.json", "'hidden_size'", "missing"}},
         {"ConfigHiddenSizeText", configWith("hidden_size", "big"), {"config.json", "'hidden_size'"}},
-        {"ConfigBillionLayers", configWith("num_hidden_layers", 1000000000), {"config.json", "'num_hidden_layers'", "1024"}},
+        {"ConfigBillionLayers",
+         configWith("num_hidden_layers", 1000000000),
+         {"config.json", "'num_hidden_layers'", "1024"}},
         {"ConfigZeroHeads", configWith("num_attention_heads", 0), {"config.json", "'num_attention_heads'"}},
-        {"ConfigKvHeadsNotDividing", configWith("num_key_value_heads", 3), {"config.json", "'num_key_value_heads'", "divide"}},
+        {"ConfigKvHeadsNotDividing",
+         configWith("num_key_value_heads", 3),
+         {"config.json", "'num_key_value_heads'", "divide"}},
         {"ConfigNegativeEps", configWith("rms_norm_eps", -1e-6), {"config.json", "'rms_norm_eps'", "positive"}},
         {"ConfigZeroRopeTheta", configWith("rope_theta", 0), {"config.json", "'rope_theta'"}},
-        {"ConfigUnknownArchitecture", configWith("architectures", json::array({"GPT2LMHeadModel"})), {"config.json", "GPT2LMHeadModel"}},
+        {"ConfigUnknownArchitecture",
+         configWith("architectures", json::array({"GPT2LMHeadModel"})),
+         {"config.json", "GPT2LMHeadModel"}},
         {"ConfigGeluActivation", configWith("hidden_act", "gelu"), {"config.json", "'hidden_act'", "gelu"}},
-        {"ConfigYarnScaling", configWith("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}), {"config.json", "rope_scaling", "yarn"}},
+        {"ConfigYarnScaling",
+         configWith("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}),
+         {"config.json", "rope_scaling", "yarn"}},
         {"ConfigHugeVocabulary", configWith("vocab_size", int64_t{1} << 40), {"config.json", "'vocab_size'"}},
         {"ConfigZeroPositions", configWith("max_position_embeddings", 0), {"config.json", "'max_position_embeddings'"}},
         {"ConfigOddHeadDim", configWith("head_dim", 15), {"config.json", "head_dim"}},
@@ -188,94 +215,165 @@ std::vector<MalformedCase> cases() {
         {"WeightsHeaderLongerThanFile", weightBytes(flipHeaderLength), {"model.safetensors", "header"}},
         {"WeightsHeaderNotJson", weightBytes([](std::string& b) { b[8] = '!'; }), {"model.safetensors", "JSON"}},
         {"WeightsTooShort", weightBytes([](std::string& b) { b.resize(5); }), {"model.safetensors"}},
-        {"WeightsTensorMissing", weightTensor("model.layers.1.mlp.up_proj.weight", [] { return torch::Tensor(); }),
+        {"WeightsTensorMissing",
+         weightTensor("model.layers.1.mlp.up_proj.weight", [] { return torch::Tensor(); }),
          {"model.layers.1.mlp.up_proj.weight", "missing"}},
-        {"WeightsWrongShape", weightTensor("model.norm.weight", [] { return torch::ones({63}); }), {"model.norm.weight", "[63]"}},
-        {"WeightsIntegerDtype", weightTensor("model.norm.weight", [] { return torch::ones({64}, torch::kInt32); }),
+        {"WeightsWrongShape",
+         weightTensor("model.norm.weight", [] { return torch::ones({63}); }),
+         {"model.norm.weight", "[63]"}},
+        {"WeightsIntegerDtype",
+         weightTensor("model.norm.weight", [] { return torch::ones({64}, torch::kInt32); }),
          {"model.norm.weight", "I32"}},
-        {"WeightsFileMissing", [](const std::string& d) { const auto m = modelCopy(d); fs::remove(m + "/model.safetensors");
-             return "generate --model " + q(m) + " --prompt-ids 1"; }, {"model.safetensors"}},
+        {"WeightsFileMissing",
+         [](const std::string& d) {
+             const auto m = modelCopy(d);
+             fs::remove(m + "/model.safetensors");
+             return "generate --model " + q(m) + " --prompt-ids 1";
+         },
+         {"model.safetensors"}},
         // model.safetensors.index.json
         {"IndexWithoutWeightMap", indexWith([](json& j) { j.erase("weight_map"); }), {"index.json", "weight_map"}},
-        {"IndexWrongShard", indexWith([](json& j) { j["weight_map"]["model.norm.weight"] = "model-00001-of-00003.safetensors"; }),
+        {"IndexWrongShard",
+         indexWith([](json& j) { j["weight_map"]["model.norm.weight"] = "model-00001-of-00003.safetensors"; }),
          {"index.json", "model.norm.weight"}},
-        {"IndexShardOutsideFolder", indexWith([](json& j) { j["weight_map"]["model.norm.weight"] = "../x.safetensors"; }),
+        {"IndexShardOutsideFolder",
+         indexWith([](json& j) { j["weight_map"]["model.norm.weight"] = "../x.safetensors"; }),
          {"index.json", "../x.safetensors"}},
-        {"IndexOmitsATensor", indexWith([](json& j) { j["weight_map"].erase("model.norm.weight"); }),
+        {"IndexOmitsATensor",
+         indexWith([](json& j) { j["weight_map"].erase("model.norm.weight"); }),
          {"model.norm.weight", "weight_map does not list"}},
-        {"IndexShardMissing", indexWith([](json& j) { j["weight_map"]["model.norm.weight"] = "nope.safetensors"; }),
+        {"IndexShardMissing",
+         indexWith([](json& j) { j["weight_map"]["model.norm.weight"] = "nope.safetensors"; }),
          {"nope.safetensors"}},
         // tokenizer.json
-        {"TokenizerUnigram", tokenizerWith([](json& t) { t["model"]["type"] = "Unigram"; }), {"tokenizer.json", "Unigram"}},
-        {"TokenizerNegativeId", tokenizerWith([](json& t) { t["model"]["vocab"]["zz"] = -4; }), {"tokenizer.json", "model.vocab['zz']"}},
-        {"TokenizerHugeId", tokenizerWith([](json& t) { t["model"]["vocab"]["zz"] = int64_t{1} << 40; }), {"tokenizer.json", "'zz'"}},
-        {"TokenizerHugeAddedId", tokenizerWith([](json& t) { t["added_tokens"][0]["id"] = int64_t{1} << 40; }),
+        {"TokenizerUnigram",
+         tokenizerWith([](json& t) { t["model"]["type"] = "Unigram"; }),
+         {"tokenizer.json", "Unigram"}},
+        {"TokenizerNegativeId",
+         tokenizerWith([](json& t) { t["model"]["vocab"]["zz"] = -4; }),
+         {"tokenizer.json", "model.vocab['zz']"}},
+        {"TokenizerHugeId",
+         tokenizerWith([](json& t) { t["model"]["vocab"]["zz"] = int64_t{1} << 40; }),
+         {"tokenizer.json", "'zz'"}},
+        {"TokenizerHugeAddedId",
+         tokenizerWith([](json& t) { t["added_tokens"][0]["id"] = int64_t{1} << 40; }),
          {"tokenizer.json", "added token"}},
-        {"TokenizerBadRegex", tokenizerWith([](json& t) { t["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "([x"; }),
+        {"TokenizerBadRegex",
+         tokenizerWith([](json& t) { t["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "([x"; }),
          {"tokenizer.json", "does not compile"}},
-        {"TokenizerLowercase", tokenizerWith([](json& t) { t["normalizer"] = {{"type", "Lowercase"}}; }), {"tokenizer.json", "Lowercase"}},
-        {"TokenizerNotJson", [](const std::string& d) { const auto m = modelCopy(d); test::writeTextFile(m + "/tokenizer.json", "[1,");
-             return "tokenize --model " + q(m) + " --text hi"; }, {"tokenizer.json"}},
-        {"TokenizerByteFallback", tokenizerWith([](json& t) { t["model"]["byte_fallback"] = true; }), {"tokenizer.json", "byte_fallback"}},
+        {"TokenizerLowercase",
+         tokenizerWith([](json& t) { t["normalizer"] = {{"type", "Lowercase"}}; }),
+         {"tokenizer.json", "Lowercase"}},
+        {"TokenizerNotJson",
+         [](const std::string& d) {
+             const auto m = modelCopy(d);
+             test::writeTextFile(m + "/tokenizer.json", "[1,");
+             return "tokenize --model " + q(m) + " --text hi";
+         },
+         {"tokenizer.json"}},
+        {"TokenizerByteFallback",
+         tokenizerWith([](json& t) { t["model"]["byte_fallback"] = true; }),
+         {"tokenizer.json", "byte_fallback"}},
         // KV cache files
-        {"CacheIsAWeightsFile", command("cache info {weights}"),
-         {"model.safetensors", "not a kvscope KV cache"}},
-        {"CacheEditedPromptLength", cacheWith([](auto& m) { m["prompt_length"] = "1"; }), {"c.safetensors", "metadata_seal"}},
-        {"CacheEditedModel", cacheWith([](auto& m) { m["model_fingerprint"] = std::string(64, 'a'); }), {"c.safetensors", "metadata_seal"}},
-        {"CacheOldFormat", cacheWith([](auto& m) { m["format_version"] = "1"; }), {"c.safetensors", "format_version 1"}},
+        {"CacheIsAWeightsFile", command("cache info {weights}"), {"model.safetensors", "not a kvscope KV cache"}},
+        {"CacheEditedPromptLength",
+         cacheWith([](auto& m) { m["prompt_length"] = "1"; }),
+         {"c.safetensors", "metadata_seal"}},
+        {"CacheEditedModel",
+         cacheWith([](auto& m) { m["model_fingerprint"] = std::string(64, 'a'); }),
+         {"c.safetensors", "metadata_seal"}},
+        {"CacheOldFormat",
+         cacheWith([](auto& m) { m["format_version"] = "1"; }),
+         {"c.safetensors", "format_version 1"}},
         {"CacheBadIds", cacheWith([](auto& m) { m["token_ids"] = "[1,2,"; }), {"c.safetensors", "token_ids"}},
-        {"CacheWrongDtype", cacheWith([](auto&) {}, "continue --model {model} --dtype fp32 --cache {cache}"),
+        {"CacheWrongDtype",
+         cacheWith([](auto&) {}, "continue --model {model} --dtype fp32 --cache {cache}"),
          {"c.safetensors", "another model or dtype"}},
-        {"CacheFromAnotherModel", cacheWith([](auto&) {}, "continue --model {llama} --cache {cache}"),
+        {"CacheFromAnotherModel",
+         cacheWith([](auto&) {}, "continue --model {llama} --cache {cache}"),
          {"c.safetensors"}},
-        {"CacheTransplantNoPositions", cacheWith([](auto&) {}, "cache transplant --recipient {cache} --donor {cache} --layers all "
-                                                               "--positions 500: --out /tmp/kvscope-never.safetensors"),
+        {"CacheTransplantNoPositions",
+         cacheWith([](auto&) {},
+                   "cache transplant --recipient {cache} --donor {cache} --layers all "
+                   "--positions 500: --out /tmp/kvscope-never.safetensors"),
          {"selects no position"}},
         // experiment TOML
         {"ExperimentBrokenToml", experimentWith("[model]", "[model"), {"exp.toml"}},
         {"ExperimentUnknownKey", experimentWith("", "[answer]\nextrakt = \"x\"\n"), {"exp.toml", "answer.extrakt"}},
         {"ExperimentUnknownSection", experimentWith("", "[extras]\nx = 1\n"), {"exp.toml", "extras"}},
-        {"ExperimentZeroTokens", experimentWith("max_new_tokens = 4", "max_new_tokens = 0"), {"exp.toml", "generation.max_new_tokens"}},
-        {"ExperimentNegativeTemperature", experimentWith("max_new_tokens = 4", "max_new_tokens = 4\ntemperature = -1.0"),
+        {"ExperimentZeroTokens",
+         experimentWith("max_new_tokens = 4", "max_new_tokens = 0"),
+         {"exp.toml", "generation.max_new_tokens"}},
+        {"ExperimentNegativeTemperature",
+         experimentWith("max_new_tokens = 4", "max_new_tokens = 4\ntemperature = -1.0"),
          {"exp.toml", "generation.temperature"}},
-        {"ExperimentTopPAboveOne", experimentWith("max_new_tokens = 4", "max_new_tokens = 4\ntop_p = 2.0"), {"exp.toml", "generation.top_p"}},
+        {"ExperimentTopPAboveOne",
+         experimentWith("max_new_tokens = 4", "max_new_tokens = 4\ntop_p = 2.0"),
+         {"exp.toml", "generation.top_p"}},
         {"ExperimentNegativeOffset", experimentWith("offset = 2", "offset = -4"), {"exp.toml", "boundary.offset"}},
-        {"ExperimentBadRegex", experimentWith("", "[answer]\nextract = \"regex\"\nregex = \"([0-9\"\n"), {"exp.toml", "answer.regex"}},
-        {"ExperimentZeroHeads", experimentWith("", "[model.generate]\nheads = 0\n"), {"exp.toml", "model.generate.heads"}},
+        {"ExperimentBadRegex",
+         experimentWith("", "[answer]\nextract = \"regex\"\nregex = \"([0-9\"\n"),
+         {"exp.toml", "answer.regex"}},
+        {"ExperimentZeroHeads",
+         experimentWith("", "[model.generate]\nheads = 0\n"),
+         {"exp.toml", "model.generate.heads"}},
         {"ExperimentUnknownDtype", experimentWith("[model]\n", "[model]\ndtypes = [\"int8\"]\n"), {"exp.toml", "int8"}},
-        {"ExperimentUnknownProtocol", experimentWith("run = [\"matched\"]", "run = [\"magic\"]"), {"exp.toml", "magic"}},
+        {"ExperimentUnknownProtocol",
+         experimentWith("run = [\"matched\"]", "run = [\"magic\"]"),
+         {"exp.toml", "magic"}},
         {"ExperimentMissingDataset", experimentWith("path = \"data.jsonl\"", "path = \"none.jsonl\""), {"none.jsonl"}},
         // dataset JSONL
         {"DatasetLineNotJson", experimentWith("", "", "{\"id\": \"a\", \"prompt\": \n"), {"data.jsonl:1", "JSON"}},
-        {"DatasetItemWithoutPrompt", experimentWith("", "", "{\"id\": \"a\", \"answer\": \"2\"}\n"), {"data.jsonl:1", "'prompt'"}},
-        {"DatasetItemWithoutAnswer", experimentWith("", "", "{\"id\": \"a\", \"prompt\": \"x\"}\n"), {"data.jsonl:1", "'answer'"}},
-        {"DatasetDuplicateIds", experimentWith("", "", "{\"id\": \"a\", \"prompt\": \"x\", \"answer\": \"1\"}\n"
-                                                       "{\"id\": \"a\", \"prompt\": \"y\", \"answer\": \"2\"}\n"),
+        {"DatasetItemWithoutPrompt",
+         experimentWith("", "", "{\"id\": \"a\", \"answer\": \"2\"}\n"),
+         {"data.jsonl:1", "'prompt'"}},
+        {"DatasetItemWithoutAnswer",
+         experimentWith("", "", "{\"id\": \"a\", \"prompt\": \"x\"}\n"),
+         {"data.jsonl:1", "'answer'"}},
+        {"DatasetDuplicateIds",
+         experimentWith("", "",
+                        "{\"id\": \"a\", \"prompt\": \"x\", \"answer\": \"1\"}\n"
+                        "{\"id\": \"a\", \"prompt\": \"y\", \"answer\": \"2\"}\n"),
          {"data.jsonl", "'a'"}},
         {"DatasetEmpty", experimentWith("", "", ""), {"data.jsonl"}},
         // found by fuzz_dataset_jsonl: a float past int64 was cast with undefined behaviour, 1.5 became 1
-        {"DatasetPrefixIdsHugeNumber", experimentWith("", "", "{\"id\": \"a\", \"prefix_ids\": [1, 3e19], \"answer\": \"2\"}\n"),
+        {"DatasetPrefixIdsHugeNumber",
+         experimentWith("", "", "{\"id\": \"a\", \"prefix_ids\": [1, 3e19], \"answer\": \"2\"}\n"),
          {"data.jsonl:1", "prefix_ids", "token id"}},
-        {"DatasetPrefixIdsFraction", experimentWith("", "", "{\"id\": \"a\", \"prefix_ids\": [1.5], \"answer\": \"2\"}\n"),
+        {"DatasetPrefixIdsFraction",
+         experimentWith("", "", "{\"id\": \"a\", \"prefix_ids\": [1.5], \"answer\": \"2\"}\n"),
          {"data.jsonl:1", "prefix_ids", "1.5"}},
         // command-line ids, ranges and numbers
         {"IdsNotNumbers", command("generate --model {model} --prompt-ids 1,x"), {"--prompt-ids", "'x'"}},
         {"IdsOutsideVocabulary", command("generate --model {model} --prompt-ids 999999"), {"999999", "vocabulary"}},
-        {"ZeroNewTokens", command("generate --model {model} --prompt-ids 1 --max-new-tokens 0"), {"--max-new-tokens", "expected"}},
+        {"ZeroNewTokens",
+         command("generate --model {model} --prompt-ids 1 --max-new-tokens 0"),
+         {"--max-new-tokens", "expected"}},
         {"NegativeTemperature", command("generate --model {model} --prompt-ids 1 --temperature -1"), {"--temperature"}},
-        {"UnknownConstruction", command("cache build --model {model} --ids-from {weights} --construction oneshot "
-                                        "--out /tmp/kvscope-never.safetensors"), {"oneshot"}},
+        {"UnknownConstruction",
+         command("cache build --model {model} --ids-from {weights} --construction oneshot "
+                 "--out /tmp/kvscope-never.safetensors"),
+         {"oneshot"}},
         {"DetokenizeOutsideVocabulary", command("detokenize --model {model} --ids 1,2,99999"), {"99999"}},
-        {"ShardOutOfRange", [](const std::string& d) { return experimentWith("", "")(d) + " --shard 3/2"; }, {"--shard"}},
+        {"ShardOutOfRange",
+         [](const std::string& d) { return experimentWith("", "")(d) + " --shard 3/2"; },
+         {"--shard"}},
         // ledgers
-        {"ReportOnEmptyFile", [](const std::string& d) { test::writeTextFile(d + "/e.db", ""); return "report " + q(d + "/e.db"); },
+        {"ReportOnEmptyFile",
+         [](const std::string& d) {
+             test::writeTextFile(d + "/e.db", "");
+             return "report " + q(d + "/e.db");
+         },
          {"e.db", "not a kvscope ledger"}},
-        {"ReportOnForeignDatabase", [](const std::string& d) {
+        {"ReportOnForeignDatabase",
+         [](const std::string& d) {
              sqlite3* db = nullptr;
              sqlite3_open((d + "/f.db").c_str(), &db);
              sqlite3_exec(db, "CREATE TABLE t(x);", nullptr, nullptr, nullptr);
              sqlite3_close(db);
-             return "report " + q(d + "/f.db"); }, {"f.db", "not a kvscope ledger"}},
+             return "report " + q(d + "/f.db");
+         },
+         {"f.db", "not a kvscope ledger"}},
         {"AuditOnMissingFile", command("audit /tmp/kvscope-no-such-ledger.db"), {"kvscope-no-such-ledger.db"}},
     };
 }
@@ -292,7 +390,8 @@ TEST_P(MalformedInput, ExitsCleanlyWithOneLineNamingWhatIsWrong) {
     EXPECT_GT(r.exitCode, 0) << args;
     EXPECT_LT(r.exitCode, 128) << "a signal or crash: " << args << "\n" << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
-    for (const auto& fragment : c.mustName) EXPECT_NE(r.err.find(fragment), std::string::npos) << fragment << " in: " << r.err;
+    for (const auto& fragment : c.mustName)
+        EXPECT_NE(r.err.find(fragment), std::string::npos) << fragment << " in: " << r.err;
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, MalformedInput, ::testing::ValuesIn(cases()),

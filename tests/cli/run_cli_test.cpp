@@ -25,14 +25,16 @@ std::string writeExperiment(const test::TempDir& dir, const std::string& protoco
     std::filesystem::copy_file(test::testDataDir() + "/../../experiments/data/arith12.jsonl", dir.file("arith12.jsonl"),
                                std::filesystem::copy_options::overwrite_existing);
     const std::string path = dir.file("exp.toml");
-    test::writeTextFile(path, "name = \"cli-test\"\n"
-                              "[model]\ndir = \"model\"\ndtypes = [\"bf16\"]\n"
-                              "[model.generate]\narch = \"qwen2\"\nseed = 3\nhidden_size = 128\nlayers = 4\nheads = 4\n"
-                              "kv_heads = 2\nintermediate_size = 256\n"
-                              "[dataset]\npath = \"arith12.jsonl\"\n"
-                              "[generation]\nmax_new_tokens = 64\nignore_eos = true\n"
-                              "[boundary]\nrule = \"fraction\"\nfraction = 0.5\n"
-                              "[protocols]\nrun = [" + protocols + "]\n" + extra);
+    test::writeTextFile(path,
+                        "name = \"cli-test\"\n"
+                        "[model]\ndir = \"model\"\ndtypes = [\"bf16\"]\n"
+                        "[model.generate]\narch = \"qwen2\"\nseed = 3\nhidden_size = 128\nlayers = 4\nheads = 4\n"
+                        "kv_heads = 2\nintermediate_size = 256\n"
+                        "[dataset]\npath = \"arith12.jsonl\"\n"
+                        "[generation]\nmax_new_tokens = 64\nignore_eos = true\n"
+                        "[boundary]\nrule = \"fraction\"\nfraction = 0.5\n"
+                        "[protocols]\nrun = [" +
+                            protocols + "]\n" + extra);
     return shellQuote(path);
 }
 
@@ -58,7 +60,8 @@ const char* kAll = "\"matched\", \"fixed_prefix_2x2\", \"bridge\", \"audit\", \"
 TEST(RunCli, EveryProtocolEndToEndAndTheReportKeys) {
     test::TempDir dir;
     const std::string db = dir.file("r.db");
-    auto r = runCli("run " + writeExperiment(dir, kAll) + " --ledger " + shellQuote(db) + " --items arith-00,arith-03,arith-05,arith-07");
+    auto r = runCli("run " + writeExperiment(dir, kAll) + " --ledger " + shellQuote(db) +
+                    " --items arith-00,arith-03,arith-05,arith-07");
     ASSERT_EQ(r.exitCode, 0) << r.err;
     EXPECT_NE(r.err.find("4 items run"), std::string::npos) << r.err;
     const auto j = reportJson(db);
@@ -82,7 +85,8 @@ TEST(RunCli, EveryProtocolEndToEndAndTheReportKeys) {
 
     // Files written by --out, and a clean audit across processes.
     ASSERT_EQ(runCli("report " + shellQuote(db) + " --out " + shellQuote(dir.file("out"))).exitCode, 0);
-    for (const char* f : {"report.md", "report.json", "items.csv"}) EXPECT_TRUE(std::filesystem::exists(dir.file(std::string("out/") + f))) << f;
+    for (const char* f : {"report.md", "report.json", "items.csv"})
+        EXPECT_TRUE(std::filesystem::exists(dir.file(std::string("out/") + f))) << f;
     auto audit = runCli("audit " + shellQuote(db));
     EXPECT_EQ(audit.exitCode, 0) << audit.out << audit.err;
     EXPECT_NE(audit.out.find("4/4 items reproduced"), std::string::npos) << audit.out;
@@ -91,7 +95,9 @@ TEST(RunCli, EveryProtocolEndToEndAndTheReportKeys) {
 TEST(RunCli, AuditDetectsATamperedRow) {
     test::TempDir dir;
     const std::string db = dir.file("r.db");
-    ASSERT_EQ(runCli("run " + writeExperiment(dir, "\"matched\"") + " --ledger " + shellQuote(db) + " --limit 2").exitCode, 0);
+    ASSERT_EQ(
+        runCli("run " + writeExperiment(dir, "\"matched\"") + " --ledger " + shellQuote(db) + " --limit 2").exitCode,
+        0);
     {
         experiments::Ledger ledger(db);
         const std::string run = ledger.runs().front().runId;
@@ -101,7 +107,8 @@ TEST(RunCli, AuditDetectsATamperedRow) {
     }
     auto audit = runCli("audit " + shellQuote(db));
     EXPECT_EQ(audit.exitCode, 3);
-    EXPECT_NE(audit.out.find("item arith-01: trajectory 'suffix_live' differs at token 5"), std::string::npos) << audit.out;
+    EXPECT_NE(audit.out.find("item arith-01: trajectory 'suffix_live' differs at token 5"), std::string::npos)
+        << audit.out;
     EXPECT_NE(audit.out.find("1/2 items reproduced"), std::string::npos) << audit.out;
 }
 
@@ -113,8 +120,9 @@ TEST(RunCli, ChangedInputsAreRefusedUnlessANewRunIsAsked) {
     auto again = runCli("run " + exp + " --ledger " + db + " --limit 2");  // same inputs: resumes
     ASSERT_EQ(again.exitCode, 0) << again.err;
     EXPECT_NE(again.err.find("resumed: 1 items run, 1 already done"), std::string::npos) << again.err;
-    test::writeTextFile(dir.file("arith12.jsonl"), test::readTextFile(dir.file("arith12.jsonl")) +
-                                                       "{\"id\": \"extra\", \"prompt\": \"Q: 1 + 1?\", \"answer\": \"2\"}\n");
+    test::writeTextFile(dir.file("arith12.jsonl"),
+                        test::readTextFile(dir.file("arith12.jsonl")) +
+                            "{\"id\": \"extra\", \"prompt\": \"Q: 1 + 1?\", \"answer\": \"2\"}\n");
     auto refused = runCli("run " + exp + " --ledger " + db + " --limit 1");
     EXPECT_EQ(refused.exitCode, 2);
     EXPECT_NE(refused.err.find("file dataset/arith12.jsonl changed"), std::string::npos) << refused.err;
@@ -141,8 +149,7 @@ TEST(RunCli, KilledMidRunThenResumedLosesAndRepeatsNothing) {
             experiments::Ledger l(db);
             const auto runs = l.runs();
             if (!runs.empty()) done = l.finishedItems(runs.front().runId).size();
-        } catch (const std::exception&) {
-        }
+        } catch (const std::exception&) {}
         if (done >= 2) break;
     }
     ::kill(child, SIGKILL);
@@ -196,7 +203,8 @@ TEST(RunCli, InterruptFinishesTheItemAndTellsHowToResume) {
     const pid_t child = ::fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
-        ::execl(KVSCOPE_CLI, KVSCOPE_CLI, "run", dir.file("exp.toml").c_str(), "--ledger", db.c_str(), static_cast<char*>(nullptr));
+        ::execl(KVSCOPE_CLI, KVSCOPE_CLI, "run", dir.file("exp.toml").c_str(), "--ledger", db.c_str(),
+                static_cast<char*>(nullptr));
         ::_exit(127);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(2500));
@@ -222,7 +230,8 @@ TEST(RunCli, ReportAndAuditLeaveAFileThatIsNotALedgerAsItWas) {
         EXPECT_EQ(r.exitCode, 1) << command << ": " << r.err;
         EXPECT_NE(r.err.find("empty.db: not a kvscope ledger"), std::string::npos) << r.err;
         EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-        EXPECT_EQ(std::filesystem::file_size(dir.file("empty.db")), 0u) << command << " turned an empty file into a ledger";
+        EXPECT_EQ(std::filesystem::file_size(dir.file("empty.db")), 0u)
+            << command << " turned an empty file into a ledger";
     }
 }
 
@@ -230,13 +239,17 @@ TEST(RunCli, ShardsMergeIntoOneRun) {
     test::TempDir dir;
     const std::string exp = writeExperiment(dir, "\"bridge\"");
     for (int i = 0; i < 2; ++i)
-        ASSERT_EQ(runCli("run " + exp + " --ledger " + shellQuote(dir.file("s" + std::to_string(i) + ".db")) + " --shard " +
-                         std::to_string(i) + "/2 --limit 2").exitCode, 0);
-    auto merge = runCli("ledger merge " + shellQuote(dir.file("all.db")) + " " + shellQuote(dir.file("s0.db")) + " " + shellQuote(dir.file("s1.db")));
+        ASSERT_EQ(runCli("run " + exp + " --ledger " + shellQuote(dir.file("s" + std::to_string(i) + ".db")) +
+                         " --shard " + std::to_string(i) + "/2 --limit 2")
+                      .exitCode,
+                  0);
+    auto merge = runCli("ledger merge " + shellQuote(dir.file("all.db")) + " " + shellQuote(dir.file("s0.db")) + " " +
+                        shellQuote(dir.file("s1.db")));
     ASSERT_EQ(merge.exitCode, 0) << merge.err;
     experiments::Ledger all(dir.file("all.db"));
     ASSERT_EQ(all.runs().size(), 1u);
-    EXPECT_EQ(all.finishedItems(all.runs().front().runId), (std::set<std::string>{"arith-00", "arith-01", "arith-02", "arith-03"}));
+    EXPECT_EQ(all.finishedItems(all.runs().front().runId),
+              (std::set<std::string>{"arith-00", "arith-01", "arith-02", "arith-03"}));
     EXPECT_EQ(reportJson(dir.file("all.db"))["bridge"]["n"], 4);
 }
 
@@ -252,8 +265,8 @@ TEST(RunCli, ShardsStartedTogetherGenerateTheModelOnceAndCleanAfterADeadGenerato
         const pid_t child = ::fork();
         if (child == 0) {
             const std::string ledger = dir.file("s" + std::to_string(i) + ".db"), shard = std::to_string(i) + "/2";
-            ::execl(KVSCOPE_CLI, KVSCOPE_CLI, "run", experiment.c_str(), "--ledger", ledger.c_str(), "--shard", shard.c_str(),
-                    "--limit", "1", static_cast<char*>(nullptr));
+            ::execl(KVSCOPE_CLI, KVSCOPE_CLI, "run", experiment.c_str(), "--ledger", ledger.c_str(), "--shard",
+                    shard.c_str(), "--limit", "1", static_cast<char*>(nullptr));
             ::_exit(127);
         }
         shards.push_back(child);
@@ -266,7 +279,8 @@ TEST(RunCli, ShardsStartedTogetherGenerateTheModelOnceAndCleanAfterADeadGenerato
     EXPECT_TRUE(std::filesystem::exists(dir.file("model/config.json")));
     for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
         EXPECT_NE(entry.path().extension(), ".partial") << entry.path();
-    auto merge = runCli("ledger merge " + shellQuote(dir.file("all.db")) + " " + shellQuote(dir.file("s0.db")) + " " + shellQuote(dir.file("s1.db")));
+    auto merge = runCli("ledger merge " + shellQuote(dir.file("all.db")) + " " + shellQuote(dir.file("s0.db")) + " " +
+                        shellQuote(dir.file("s1.db")));
     EXPECT_EQ(merge.exitCode, 0) << merge.err;  // one run: both shards saw the same model
 }
 

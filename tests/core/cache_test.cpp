@@ -64,7 +64,8 @@ TEST_P(Constructions, Fp32ConstructionsAgreeWithinTolerance) {
 TEST_P(Constructions, Bf16IncrementalIsBitExactWithLiveAndPrefillIsNot) {
     // The study's "bridge": feeding the prompt in one forward and then one token at a time rebuilds
     // the live cache bit for bit, because it runs exactly the same kernels on the same inputs.
-    Transformer m = Transformer::load(test::tinyModel(GetParam() + std::string("-wide")), torch::kBFloat16, torch::kCPU);
+    Transformer m =
+        Transformer::load(test::tinyModel(GetParam() + std::string("-wide")), torch::kBFloat16, torch::kCPU);
     Built b = buildAll(m, 64);
     EXPECT_TRUE(sameBits(b.live, b.incremental));
     EXPECT_TRUE(diffCaches(b.live, b.incremental).bitExact);
@@ -170,14 +171,16 @@ TEST(CacheIo, EditedMetadataIsRefused) {
         return dir.file("edited.safetensors");
     };
     // Claiming another model's fingerprint would let `continue` run it on that model.
-    test::expectErrorContaining<FormatError>([&] { loadCacheFor(rewrittenWith("model_fingerprint", other.fingerprint()), other); },
-                                       {"edited.safetensors", "metadata_seal"});
+    test::expectErrorContaining<FormatError>(
+        [&] { loadCacheFor(rewrittenWith("model_fingerprint", other.fingerprint()), other); },
+        {"edited.safetensors", "metadata_seal"});
     for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
              {"prompt_length", "1"}, {"construction", "prefill"}, {"ids_fingerprint", std::string(64, '0')}})
         test::expectErrorContaining<FormatError>([&] { loadCache(rewrittenWith(key, value)); }, {"metadata_seal"});
-    test::expectErrorContaining<FormatError>([&] { loadCache(rewrittenWith("construction", "live", /*dropLogits=*/true)); },
-                                       {"'next_logits' is missing"});
-    test::expectErrorContaining<FormatError>([&] { loadCache(rewrittenWith("format_version", "1")); }, {"format_version 1", "rebuild"});
+    test::expectErrorContaining<FormatError>(
+        [&] { loadCache(rewrittenWith("construction", "live", /*dropLogits=*/true)); }, {"'next_logits' is missing"});
+    test::expectErrorContaining<FormatError>([&] { loadCache(rewrittenWith("format_version", "1")); },
+                                             {"format_version 1", "rebuild"});
 }
 
 TEST(CacheDiff, ACacheAgainstItselfIsZeroEverywhere) {
@@ -250,7 +253,8 @@ TEST(Transplant, ChosenLayersKvAndPositionsOnly) {
     spec.parseKv("k");
     spec.parsePositions("8:");
     KvCache s = transplant(prefill, live, spec);
-    EXPECT_TRUE(torch::equal(s.layerKeys(1).narrow(1, 8, s.length() - 8), live.layerKeys(1).narrow(1, 8, s.length() - 8)));
+    EXPECT_TRUE(
+        torch::equal(s.layerKeys(1).narrow(1, 8, s.length() - 8), live.layerKeys(1).narrow(1, 8, s.length() - 8)));
     EXPECT_TRUE(torch::equal(s.layerKeys(1).narrow(1, 0, 8), prefill.layerKeys(1).narrow(1, 0, 8)));
     EXPECT_TRUE(torch::equal(s.layerValues(1), prefill.layerValues(1)));
     EXPECT_TRUE(torch::equal(s.layerKeys(0), prefill.layerKeys(0)));
@@ -309,11 +313,14 @@ TEST(Locator, FindsTheFirstDifferingOpBetweenLiveAndPrefillInBf16) {
 
 TEST(FileNames, DataNeverLeavesTheFolderAndDistinctIdsStayDistinct) {
     EXPECT_EQ(fileNameComponent("demo-test-007"), "demo-test-007") << "portable names pass unchanged";
-    for (const std::string hostile : {"../escape", "/etc/passwd", "..", ".", "", ".hidden", "a/b", "a\\b", "x\ny", "caf\u00e9"}) {
+    for (const std::string hostile :
+         {"../escape", "/etc/passwd", "..", ".", "", ".hidden", "a/b", "a\\b", "x\ny", "caf\u00e9"}) {
         const std::string name = fileNameComponent(hostile);
         EXPECT_EQ(name.find('/'), std::string::npos) << hostile;
         EXPECT_NE(name.front(), '.') << hostile;
-        EXPECT_EQ(name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"), std::string::npos) << name;
+        EXPECT_EQ(name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"),
+                  std::string::npos)
+            << name;
     }
     EXPECT_NE(fileNameComponent("a/b"), fileNameComponent("a_b")) << "a sanitised name carries a hash of the original";
     EXPECT_NE(fileNameComponent("a/b"), fileNameComponent("a:b"));

@@ -31,16 +31,25 @@ void replaceTensor(const std::string& modelDir, const std::string& name, const t
     std::vector<std::pair<std::string, torch::Tensor>> tensors;
     {
         SafetensorsFile f(path);
-        for (const auto& e : f.entries()) tensors.emplace_back(e.name, e.name == name ? replacement : f.read(e.name).clone());
+        for (const auto& e : f.entries())
+            tensors.emplace_back(e.name, e.name == name ? replacement : f.read(e.name).clone());
     }
     writeSafetensors(path, tensors);
 }
 
 TEST(ModelConfig, ReadsHuggingFaceFieldsAndDefaults) {
-    nlohmann::json j = {{"architectures", {"Qwen2ForCausalLM"}}, {"hidden_size", 896}, {"num_hidden_layers", 24},
-                        {"num_attention_heads", 14}, {"num_key_value_heads", 2}, {"intermediate_size", 4864},
-                        {"vocab_size", 151936}, {"rope_theta", 1000000.0}, {"tie_word_embeddings", true},
-                        {"eos_token_id", 151643}, {"bos_token_id", 151643}, {"torch_dtype", "bfloat16"}};
+    nlohmann::json j = {{"architectures", {"Qwen2ForCausalLM"}},
+                        {"hidden_size", 896},
+                        {"num_hidden_layers", 24},
+                        {"num_attention_heads", 14},
+                        {"num_key_value_heads", 2},
+                        {"intermediate_size", 4864},
+                        {"vocab_size", 151936},
+                        {"rope_theta", 1000000.0},
+                        {"tie_word_embeddings", true},
+                        {"eos_token_id", 151643},
+                        {"bos_token_id", 151643},
+                        {"torch_dtype", "bfloat16"}};
     ModelConfig c = ModelConfig::fromJson(j, "config.json");
     EXPECT_EQ(c.headDim, 64);
     EXPECT_TRUE(c.attentionBias);  // Qwen2 always has q/k/v bias
@@ -74,8 +83,10 @@ TEST(ModelConfig, MalformedFieldsAreNamed) {
     nlohmann::json good = readJson(test::tinyModel("qwen2") + "/config.json");
     auto broken = [&](const char* key, nlohmann::json value) {
         nlohmann::json j = good;
-        if (value.is_null()) j.erase(key);
-        else j[key] = value;
+        if (value.is_null())
+            j.erase(key);
+        else
+            j[key] = value;
         return j;
     };
     expectErrorContaining<ConfigError>([&] { ModelConfig::fromJson(broken("hidden_size", nullptr), "c.json"); },
@@ -90,8 +101,9 @@ TEST(ModelConfig, MalformedFieldsAreNamed) {
     expectErrorContaining<ConfigError>([&] { ModelConfig::fromJson(broken("hidden_act", "gelu"), "c.json"); },
                                        {"hidden_act", "gelu"});
     // Absurd sizes are refused before anything is allocated from them, and values that only give NaN.
-    expectErrorContaining<ConfigError>([&] { ModelConfig::fromJson(broken("num_hidden_layers", 1000000000), "c.json"); },
-                                       {"c.json", "'num_hidden_layers'", "from 1 to 1024", "1000000000"});
+    expectErrorContaining<ConfigError>(
+        [&] { ModelConfig::fromJson(broken("num_hidden_layers", 1000000000), "c.json"); },
+        {"c.json", "'num_hidden_layers'", "from 1 to 1024", "1000000000"});
     expectErrorContaining<ConfigError>([&] { ModelConfig::fromJson(broken("vocab_size", 1LL << 40), "c.json"); },
                                        {"'vocab_size'", "from 1 to"});
     expectErrorContaining<ConfigError>([&] { ModelConfig::fromJson(broken("rms_norm_eps", -1e-6), "c.json"); },
@@ -160,7 +172,8 @@ TEST(Checkpoint, ATensorTheIndexDoesNotListIsAnError) {
     auto index = readJson(m + "/model.safetensors.index.json");
     index["weight_map"].erase("model.norm.weight");
     writeJson(m + "/model.safetensors.index.json", index);
-    expectErrorContaining<FormatError>([&] { Checkpoint::open(m); }, {"'model.norm.weight'", "weight_map does not list"});
+    expectErrorContaining<FormatError>([&] { Checkpoint::open(m); },
+                                       {"'model.norm.weight'", "weight_map does not list"});
 }
 
 TEST(Checkpoint, IntegerWeightsAreRefusedNotCastToFloat) {

@@ -131,10 +131,11 @@ TEST(AtomicFiles, AFailedWriteLeavesNeitherAFileNorAPartial) {
     test::TempDir dir;
     const std::string path = dir.file("out.bin");
     test::writeTextFile(path, "old");
-    EXPECT_THROW(writeFileAtomically(path, [](std::ostream& out) {
-                     out << "half";
-                     throw FormatError("interrupted");
-                 }),
+    EXPECT_THROW(writeFileAtomically(path,
+                                     [](std::ostream& out) {
+                                         out << "half";
+                                         throw FormatError("interrupted");
+                                     }),
                  FormatError);
     EXPECT_EQ(test::readTextFile(path), "old") << "the previous content survives";
     EXPECT_FALSE(std::filesystem::exists(path + ".partial"));

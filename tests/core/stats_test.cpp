@@ -65,7 +65,8 @@ TEST(PairedDifference, BootstrapIsSeededAndBracketsTheDifference) {
     // Its width matches the normal approximation 2 * 1.96 * sd(d) / sqrt(n) within 15%.
     double mean = 0, var = 0;
     for (int i = 0; i < 200; ++i) mean += (static_cast<int>(first[i]) - static_cast<int>(second[i])) / 200.0;
-    for (int i = 0; i < 200; ++i) var += std::pow(static_cast<int>(first[i]) - static_cast<int>(second[i]) - mean, 2) / 199.0;
+    for (int i = 0; i < 200; ++i)
+        var += std::pow(static_cast<int>(first[i]) - static_cast<int>(second[i]) - mean, 2) / 199.0;
     const double expected = 2 * kZ95 * std::sqrt(var / 200.0);
     EXPECT_NEAR(a.upper - a.lower, expected, 0.15 * expected);
     // Identical outcomes: no spread at all.

@@ -129,7 +129,8 @@ TEST(Tokenizer, UnsupportedComponentsAreRefusedByName) {
     expectRefused(j, "model.vocab['zz'] must be an integer id from 0 to");
     j = testTokenizerJson();
     j["added_tokens"][0]["id"] = int64_t{1} << 40;
-    expectRefused(j, "added token '<|endoftext|>' id: expected a token id (an integer from 0 to 8388607), got 1099511627776");
+    expectRefused(
+        j, "added token '<|endoftext|>' id: expected a token id (an integer from 0 to 8388607), got 1099511627776");
     expectRefused(nlohmann::json::array(), "expected an object");
     EXPECT_THROW(Tokenizer::fromJson("{not json", "tok.json"), FormatError);
 }
@@ -137,11 +138,12 @@ TEST(Tokenizer, UnsupportedComponentsAreRefusedByName) {
 TEST(Tokenizer, TemplatePostProcessorAndIgnoreMergesAsInLlama3) {
     auto j = testTokenizerJson();
     const int64_t bos = j["added_tokens"][1]["id"];  // reuse <|im_start|> as a BOS for the test
-    j["post_processor"] = {{"type", "TemplateProcessing"},
-                           {"single", {{{"SpecialToken", {{"id", "<|im_start|>"}, {"type_id", 0}}}},
-                                       {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-                           {"pair", nlohmann::json::array()},
-                           {"special_tokens", {{"<|im_start|>", {{"id", "<|im_start|>"}, {"ids", {bos}}, {"tokens", {"<|im_start|>"}}}}}}};
+    j["post_processor"] = {
+        {"type", "TemplateProcessing"},
+        {"single",
+         {{{"SpecialToken", {{"id", "<|im_start|>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"pair", nlohmann::json::array()},
+        {"special_tokens", {{"<|im_start|>", {{"id", "<|im_start|>"}, {"ids", {bos}}, {"tokens", {"<|im_start|>"}}}}}}};
     Tokenizer tok = Tokenizer::fromJson(j.dump(), "llama-like");
     const auto ids = tok.encode("hello");
     EXPECT_EQ(ids.front(), bos);
@@ -169,7 +171,9 @@ TEST(Utf8, InvalidBytesBecomeOneReplacementPerMaximalSubpart) {
     EXPECT_EQ(sanitizeUtf8("\xC0\xAF"), r + r);                             // overlong lead: each byte
     EXPECT_EQ(sanitizeUtf8("\xED\xA0\x80"), r + r + r);                     // a surrogate: each byte
     EXPECT_EQ(sanitizeUtf8("\xF4\x90\x80\x80"), r + r + r + r);             // above U+10FFFF
-    EXPECT_EQ(sanitizeUtf8("a\x80" "b"), "a" + r + "b");
+    EXPECT_EQ(sanitizeUtf8("a\x80"
+                           "b"),
+              "a" + r + "b");
     EXPECT_EQ(sanitizeUtf8("\xF0\x9F\x98\x80\xFF"), "\xF0\x9F\x98\x80" + r);
     EXPECT_EQ(decodeUtf8("\xE4\xB8x"), (std::vector<char32_t>{0xFFFD, U'x'}));
 }

@@ -146,8 +146,8 @@ TEST(ForwardPacked, EachSequenceMatchesRunningItAlone) {
         KvCache cache = model.newCache();
         const torch::Tensor alone = model.forward(sequences[k], cache, Logits::All);
         const torch::Tensor part = all.narrow(0, starts[k], static_cast<int64_t>(sequences[k].size()));
-        EXPECT_TRUE(torch::allclose(part, alone, 1e-5, 1e-5)) << "sequence " << k << " max diff "
-                                                             << (part - alone).abs().max().item<double>();
+        EXPECT_TRUE(torch::allclose(part, alone, 1e-5, 1e-5))
+            << "sequence " << k << " max diff " << (part - alone).abs().max().item<double>();
     }
     EXPECT_THROW(model.forwardPacked(packed, {1, 4}), UsageError);
     EXPECT_THROW(model.forwardPacked(packed, {0, 40}), UsageError);

@@ -130,7 +130,9 @@ TEST(Rope, DotProductDependsOnlyOnRelativePosition) {
     torch::Tensor inv = ropeInverseFrequencies(c);
     torch::Tensor q = torch::randn({1, 1, 16}, torch::kFloat64), k = torch::randn({1, 1, 16}, torch::kFloat64);
     auto dotAt = [&](int64_t m, int64_t n) {
-        return (applyRope(q, inv.to(torch::kFloat64), m) * applyRope(k, inv.to(torch::kFloat64), n)).sum().item<double>();
+        return (applyRope(q, inv.to(torch::kFloat64), m) * applyRope(k, inv.to(torch::kFloat64), n))
+            .sum()
+            .item<double>();
     };
     EXPECT_NEAR(dotAt(7, 3), dotAt(14, 10), 1e-9);
     EXPECT_NEAR(dotAt(2, 2), dotAt(40, 40), 1e-9);

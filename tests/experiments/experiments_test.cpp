@@ -23,7 +23,8 @@ namespace {
 std::string writeToml(const test::TempDir& dir, const std::string& body) {
     test::writeTextFile(dir.file("data.jsonl"), "{\"id\": \"a\", \"prompt\": \"1+1\", \"answer\": \"2\"}\n");
     const std::string path = dir.file("exp.toml");
-    test::writeTextFile(path, "[model]\ndir = \"" + test::tinyModel("qwen2") + "\"\n[dataset]\npath = \"data.jsonl\"\n" + body);
+    test::writeTextFile(
+        path, "[model]\ndir = \"" + test::tinyModel("qwen2") + "\"\n[dataset]\npath = \"data.jsonl\"\n" + body);
     return path;
 }
 
@@ -52,18 +53,24 @@ TEST(ExperimentConfig, UnknownKeysAndBadValuesAreErrors) {
     test::TempDir dir;
     expectError<ConfigError>([&] { ExperimentConfig::load(writeToml(dir, "[generation]\nmax_new_tokes = 3\n")); },
                              "unknown key 'generation.max_new_tokes'");
-    expectError<ConfigError>([&] { ExperimentConfig::load(writeToml(dir, "[extra]\nx = 1\n")); }, "unknown section [extra]");
-    expectError<ConfigError>([&] { ExperimentConfig::load(writeToml(dir, "[boundary]\nrule = \"middle\"\n")); }, "boundary.rule");
-    expectError<ConfigError>([&] { ExperimentConfig::load(writeToml(dir, "[protocols]\nrun = [\"matched\", \"magic\"]\n")); }, "magic");
-    expectError<ConfigError>([&] { ExperimentConfig::load(writeToml(dir, "[generation]\nmax_new_tokens = \"many\"\n")); },
-                             "generation.max_new_tokens");
-    expectError<ConfigError>([&] { ExperimentConfig::load(writeToml(dir, "[answer]\nextract = \"regex\"\n")); }, "answer.regex");
+    expectError<ConfigError>([&] { ExperimentConfig::load(writeToml(dir, "[extra]\nx = 1\n")); },
+                             "unknown section [extra]");
+    expectError<ConfigError>([&] { ExperimentConfig::load(writeToml(dir, "[boundary]\nrule = \"middle\"\n")); },
+                             "boundary.rule");
+    expectError<ConfigError>(
+        [&] { ExperimentConfig::load(writeToml(dir, "[protocols]\nrun = [\"matched\", \"magic\"]\n")); }, "magic");
+    expectError<ConfigError>(
+        [&] { ExperimentConfig::load(writeToml(dir, "[generation]\nmax_new_tokens = \"many\"\n")); },
+        "generation.max_new_tokens");
+    expectError<ConfigError>([&] { ExperimentConfig::load(writeToml(dir, "[answer]\nextract = \"regex\"\n")); },
+                             "answer.regex");
     expectError<ConfigError>([&] { ExperimentConfig::load(writeToml(dir, "[model.generate]\nheads = 0\n")); },
                              "model.generate.heads' must be an integer from 1 to 256 (is 0)");
     expectError<ConfigError>([&] { ExperimentConfig::load(writeToml(dir, "[model.generate]\nlayers = 1000000\n")); },
                              "model.generate.layers");
-    expectError<ConfigError>([&] { ExperimentConfig::load(writeToml(dir, "[model.generate]\nheads = 4\nkv_heads = 3\n")); },
-                             "model.generate.kv_heads");
+    expectError<ConfigError>(
+        [&] { ExperimentConfig::load(writeToml(dir, "[model.generate]\nheads = 4\nkv_heads = 3\n")); },
+        "model.generate.kv_heads");
     for (const auto& [body, field] : std::vector<std::pair<std::string, std::string>>{
              {"[generation]\ntemperature = -0.5\n", "generation.temperature"},
              {"[generation]\ntop_p = -1.0\n", "generation.top_p"},
@@ -77,17 +84,20 @@ TEST(ExperimentConfig, UnknownKeysAndBadValuesAreErrors) {
 
 TEST(Dataset, ReadsPromptsMessagesAndPrefixIds) {
     test::TempDir dir;
-    test::writeTextFile(dir.file("d.jsonl"),
-                        "{\"id\": 1, \"prompt\": \"Q\", \"answer\": 5}\n\n"
-                        "{\"id\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"answer\": \"x\"}\n"
-                        "{\"id\": \"p\", \"prefix_ids\": [1, 2, 3], \"answer\": \"7\"}\n");
+    test::writeTextFile(
+        dir.file("d.jsonl"),
+        "{\"id\": 1, \"prompt\": \"Q\", \"answer\": 5}\n\n"
+        "{\"id\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"answer\": \"x\"}\n"
+        "{\"id\": \"p\", \"prefix_ids\": [1, 2, 3], \"answer\": \"7\"}\n");
     const auto items = loadDataset(dir.file("d.jsonl"));
     ASSERT_EQ(items.size(), 3u);
     EXPECT_EQ(items[0].id, "1");
     EXPECT_EQ(items[0].answer, "5");
     EXPECT_EQ(items[1].messages.at(0).content, "Hi");
     EXPECT_EQ(items[2].prefixIds, (std::vector<int64_t>{1, 2, 3}));
-    test::writeTextFile(dir.file("dup.jsonl"), "{\"id\": 1, \"prompt\": \"a\", \"answer\": 1}\n{\"id\": 1, \"prompt\": \"b\", \"answer\": 1}\n");
+    test::writeTextFile(
+        dir.file("dup.jsonl"),
+        "{\"id\": 1, \"prompt\": \"a\", \"answer\": 1}\n{\"id\": 1, \"prompt\": \"b\", \"answer\": 1}\n");
     expectError<FormatError>([&] { loadDataset(dir.file("dup.jsonl")); }, "dup.jsonl:2: duplicate id");
     test::writeTextFile(dir.file("bad.jsonl"), "{\"id\": 1, \"prompt\": \"a\"}\n");
     expectError<FormatError>([&] { loadDataset(dir.file("bad.jsonl")); }, "bad.jsonl:1: field 'answer'");
@@ -114,16 +124,22 @@ ItemRecord sampleItem(const std::string& id, int64_t index, bool divergent) {
     r.trajectories["trace"] = {1, 2, 3};
     r.fingerprints["comparison"] = "abc";
     r.results["trace"] = {{"length", 3}, {"boundary", 2}, {"stop_reason", "eos"}};
-    r.results["matched"] = {{"suffix_equal", !divergent}, {"first_divergence", divergent ? nlohmann::json(1) : nlohmann::json(nullptr)},
-                            {"at_divergence", {{"live", divergent ? nlohmann::json{{"margin", 0.03125}} : nlohmann::json(nullptr)}, {"prefill", nullptr}}},
-                            {"replica_live_exact", true}, {"replica_prefill_exact", true},
-                            {"correct_live", index % 2 == 0}, {"correct_prefill", index % 3 == 0},
-                            {"margins_live", {0.5, 0.03125, 1.0}}};
+    r.results["matched"] = {
+        {"suffix_equal", !divergent},
+        {"first_divergence", divergent ? nlohmann::json(1) : nlohmann::json(nullptr)},
+        {"at_divergence",
+         {{"live", divergent ? nlohmann::json{{"margin", 0.03125}} : nlohmann::json(nullptr)}, {"prefill", nullptr}}},
+        {"replica_live_exact", true},
+        {"replica_prefill_exact", true},
+        {"correct_live", index % 2 == 0},
+        {"correct_prefill", index % 3 == 0},
+        {"margins_live", {0.5, 0.03125, 1.0}}};
     r.results["bridge"] = {{"exact", true}};
     r.results["fixed_prefix_2x2"] = {{"bf16", {{"disagree", divergent}}}, {"fp32", {{"disagree", false}}}};
     r.results["audit"] = {{"reproduced", true}};
     if (divergent) {
-        r.results["transplant"] = {{"prefill_from_live", {{"follows_donor", true}}}, {"live_from_prefill", {{"follows_donor", true}}}};
+        r.results["transplant"] = {{"prefill_from_live", {{"follows_donor", true}}},
+                                   {"live_from_prefill", {{"follows_donor", true}}}};
         r.results["localize"] = {{"found", true}, {"layers", {0, 1}}, {"kv", "k"}};
     }
     return r;
@@ -184,13 +200,16 @@ TEST(Ledger, ReadOnlyAccessNeverWritesAndRefusesWhatIsNotALedger) {
     sqlite3_exec(db, "CREATE TABLE notes(text TEXT); INSERT INTO notes VALUES('mine');", nullptr, nullptr, nullptr);
     sqlite3_close(db);
     const std::string before = test::readTextFile(dir.file("foreign.db"));
-    expectError<FormatError>([&] { Ledger l(dir.file("foreign.db"), LedgerAccess::ReadOnly); }, "foreign.db: not a kvscope ledger");
+    expectError<FormatError>([&] { Ledger l(dir.file("foreign.db"), LedgerAccess::ReadOnly); },
+                             "foreign.db: not a kvscope ledger");
     EXPECT_EQ(test::readTextFile(dir.file("foreign.db")), before) << "no schema was added";
     // An empty file stays empty; a missing one is not created.
     test::writeTextFile(dir.file("empty.db"), "");
-    expectError<FormatError>([&] { Ledger l(dir.file("empty.db"), LedgerAccess::ReadOnly); }, "empty.db: not a kvscope ledger");
+    expectError<FormatError>([&] { Ledger l(dir.file("empty.db"), LedgerAccess::ReadOnly); },
+                             "empty.db: not a kvscope ledger");
     EXPECT_EQ(std::filesystem::file_size(dir.file("empty.db")), 0u);
-    expectError<FormatError>([&] { Ledger l(dir.file("missing.db"), LedgerAccess::ReadOnly); }, "missing.db: cannot open ledger");
+    expectError<FormatError>([&] { Ledger l(dir.file("missing.db"), LedgerAccess::ReadOnly); },
+                             "missing.db: cannot open ledger");
     EXPECT_FALSE(std::filesystem::exists(dir.file("missing.db")));
     // A real ledger reads as before.
     {

@@ -15,7 +15,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         switch (data[0] % 6) {
         case 0: kvscope::parseIdList(text, "--ids"); break;
         case 1: kvscope::TransplantSpec::parseLayers(text, 24); break;
-        case 2: spec.parsePositions(text); spec.describe(); break;
+        case 2:
+            spec.parsePositions(text);
+            spec.describe();
+            break;
         case 3: spec.parseKv(text); break;
         case 4: kvscope::experiments::parseShard(text); break;
         default: kvscope::parseNonNegativeInt(text); break;

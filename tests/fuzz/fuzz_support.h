@@ -25,8 +25,7 @@ template <typename Body>
 void refuseOnlyWithKvscopeErrors(Body&& body) {
     try {
         body();
-    } catch (const kvscope::Error&) {
-    }
+    } catch (const kvscope::Error&) {}
 }
 
 }  // namespace kvscope::fuzz

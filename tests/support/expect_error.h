@@ -15,7 +15,8 @@ void expectErrorContaining(const std::function<void()>& f, const std::vector<std
         f();
         FAIL() << "expected an error";
     } catch (const E& e) {
-        for (const auto& fragment : fragments) EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+        for (const auto& fragment : fragments)
+            EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
     }
 }
 

@@ -52,7 +52,8 @@ double invFrequency(const ModelConfig& c, std::size_t i) {
     const double highWavelen = s.originalMaxPositionEmbeddings / s.highFreqFactor;
     if (wavelen < highWavelen) return base;                  // high frequency: unchanged
     if (wavelen > lowWavelen) return base / s.factor;        // low frequency: slowed down
-    const double smooth = (s.originalMaxPositionEmbeddings / wavelen - s.lowFreqFactor) / (s.highFreqFactor - s.lowFreqFactor);
+    const double smooth =
+        (s.originalMaxPositionEmbeddings / wavelen - s.lowFreqFactor) / (s.highFreqFactor - s.lowFreqFactor);
     return (1 - smooth) * base / s.factor + smooth * base;
 }
 
@@ -134,7 +135,8 @@ std::vector<std::vector<double>> referenceLogits(const std::string& dir, const s
     }
     const Vec& head = c.tieWordEmbeddings ? W.get("model.embed_tokens.weight") : W.get("lm_head.weight");
     std::vector<Vec> logits;
-    for (std::size_t s = 0; s < S; ++s) logits.push_back(matvec(head, rmsnorm(x[s], W.get("model.norm.weight"), c.rmsNormEps), V));
+    for (std::size_t s = 0; s < S; ++s)
+        logits.push_back(matvec(head, rmsnorm(x[s], W.get("model.norm.weight"), c.rmsNormEps), V));
     return logits;
 }
 

@@ -17,7 +17,6 @@
 namespace kvscope::test {
 namespace fs = std::filesystem;
 
-
 TempDir::TempDir() {
     std::string pattern = (fs::temp_directory_path() / "kvscope-test-XXXXXX").string();
     if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
@@ -44,13 +43,20 @@ TestModelSpec tinySpec(const std::string& name) {
     s.numKvHeads = 2;
     s.intermediateSize = 96;
     s.seed = 7;
-    if (variant == "qwen2") s.architecture = Architecture::Qwen2;
-    else if (variant == "qwen2-tied") s.architecture = Architecture::Qwen2, s.tieWordEmbeddings = true;
-    else if (variant == "qwen2-sharded") s.architecture = Architecture::Qwen2, s.shards = 3;
-    else if (variant == "llama") s.architecture = Architecture::Llama, s.numKvHeads = 1;
-    else if (variant == "llama3-scaled") s.architecture = Architecture::Llama, s.llama3RopeScaling = true;
-    else if (variant == "qwen3") s.architecture = Architecture::Qwen3, s.headDim = 32;  // head_dim != hidden/heads
-    else throw std::runtime_error("unknown tiny model variant " + variant);
+    if (variant == "qwen2")
+        s.architecture = Architecture::Qwen2;
+    else if (variant == "qwen2-tied")
+        s.architecture = Architecture::Qwen2, s.tieWordEmbeddings = true;
+    else if (variant == "qwen2-sharded")
+        s.architecture = Architecture::Qwen2, s.shards = 3;
+    else if (variant == "llama")
+        s.architecture = Architecture::Llama, s.numKvHeads = 1;
+    else if (variant == "llama3-scaled")
+        s.architecture = Architecture::Llama, s.llama3RopeScaling = true;
+    else if (variant == "qwen3")
+        s.architecture = Architecture::Qwen3, s.headDim = 32;  // head_dim != hidden/heads
+    else
+        throw std::runtime_error("unknown tiny model variant " + variant);
     if (wide) s.hiddenSize = 256, s.intermediateSize = 512;
     return s;
 }
@@ -83,7 +89,8 @@ CommandResult runCli(const std::string& args, const std::string& environment) {
     static TempDir scratch;
     static std::atomic<int> counter{0};
     const std::string errFile = scratch.file("stderr-" + std::to_string(counter++));
-    const std::string cmd = environment + (environment.empty() ? "" : " ") + std::string(KVSCOPE_CLI) + " " + args + " 2>" + errFile;
+    const std::string cmd =
+        environment + (environment.empty() ? "" : " ") + std::string(KVSCOPE_CLI) + " " + args + " 2>" + errFile;
     CommandResult r;
     FILE* pipe = ::popen(cmd.c_str(), "r");
     if (!pipe) throw std::runtime_error("popen failed");

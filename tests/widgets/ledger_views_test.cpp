@@ -113,15 +113,18 @@ TEST(LedgerSummary, StripAndHistogramsCountTheRunAndABarClickFiltersTheTable) {
     empty.setItems(equal, experiments::Ledger(f.ledger).runs().front());
     EXPECT_TRUE(empty.bars(ItemMeasure::FirstDivergence).empty());
     EXPECT_TRUE(empty.plot(ItemMeasure::MarginAtDivergence)->item(0)->visible());
-    EXPECT_NE(empty.summaryText().indexOf(QStringLiteral("suffixes differ 0 ")), -1) << empty.summaryText().toStdString();
+    EXPECT_NE(empty.summaryText().indexOf(QStringLiteral("suffixes differ 0 ")), -1)
+        << empty.summaryText().toStdString();
 }
 
 TEST(LedgerSummary, HistogramBinsHoldEveryValueOnce) {
     std::vector<experiments::ItemRecord> items;
     for (const double margin : {0.0, 0.01, 0.5, 0.5, 2.0}) {
         experiments::ItemRecord r;
-        r.results = {{"matched", {{"suffix_equal", false}, {"first_divergence", static_cast<int>(margin * 30)},
-                                  {"at_divergence", {{"live", {{"margin", margin}}}}}}}};
+        r.results = {{"matched",
+                      {{"suffix_equal", false},
+                       {"first_divergence", static_cast<int>(margin * 30)},
+                       {"at_divergence", {{"live", {{"margin", margin}}}}}}}};
         items.push_back(r);
     }
     const auto steps = histogramOf(items, ItemMeasure::FirstDivergence, 24);  // steps 0, 0, 15, 15, 60

@@ -17,13 +17,15 @@ const LedgerFixture& ledgerFixture() {
         x.dir = tmp.path();
         x.ledger = tmp.file("tiny.db");
         x.experiment = tmp.file("tiny.toml");
-        test::writeTextFile(x.experiment,
-                            "name = \"tiny\"\n[model]\ndir = \"model\"\n"
-                            "[model.generate]\narch = \"qwen2\"\nseed = 3\nhidden_size = 128\nlayers = 4\nheads = 4\n"
-                            "kv_heads = 2\nintermediate_size = 256\n[dataset]\npath = \"" +
-                                test::testDataDir() + "/../../experiments/data/arith12.jsonl\"\n"
-                                "[generation]\nmax_new_tokens = 64\nignore_eos = true\n[boundary]\nrule = \"fraction\"\n"
-                                "fraction = 0.5\n[protocols]\nrun = [\"matched\", \"bridge\", \"transplant\", \"localize\"]\n");
+        test::writeTextFile(
+            x.experiment,
+            "name = \"tiny\"\n[model]\ndir = \"model\"\n"
+            "[model.generate]\narch = \"qwen2\"\nseed = 3\nhidden_size = 128\nlayers = 4\nheads = 4\n"
+            "kv_heads = 2\nintermediate_size = 256\n[dataset]\npath = \"" +
+                test::testDataDir() +
+                "/../../experiments/data/arith12.jsonl\"\n"
+                "[generation]\nmax_new_tokens = 64\nignore_eos = true\n[boundary]\nrule = \"fraction\"\n"
+                "fraction = 0.5\n[protocols]\nrun = [\"matched\", \"bridge\", \"transplant\", \"localize\"]\n");
         const auto config = experiments::ExperimentConfig::load(x.experiment);
         config.generateModelIfMissing();
         x.model = config.modelDir;

@@ -73,7 +73,8 @@ TEST(HeatmapData, ReducesHeadsAndKeepsMaximaWhenDownsampling) {
     EXPECT_DOUBLE_EQ(layerGrid(d, DiffMetric::MaxAbs, KvComponent::Keys).value(1, 3), 0.5);
     EXPECT_DOUBLE_EQ(layerGrid(d, DiffMetric::MaxAbs, KvComponent::Both).value(1, 3), 0.75);
     EXPECT_DOUBLE_EQ(layerGrid(d, DiffMetric::DifferingFraction, KvComponent::Both).value(1, 3), 6.0 / 16.0);
-    EXPECT_NEAR(layerGrid(d, DiffMetric::RelativeL2, KvComponent::Keys).value(0, 1), std::sqrt((0.09 + 0.16) / 2), 1e-6);
+    EXPECT_NEAR(layerGrid(d, DiffMetric::RelativeL2, KvComponent::Keys).value(0, 1), std::sqrt((0.09 + 0.16) / 2),
+                1e-6);
     EXPECT_DOUBLE_EQ(headGrid(d, 1, DiffMetric::MaxAbs, KvComponent::Values).value(1, 3), 0.75);
     const HeatmapGrid full = layerGrid(d, DiffMetric::MaxAbs, KvComponent::Both);
     const DisplayGrid shown = downsampleForDisplay(full, 2);
@@ -108,13 +109,15 @@ TEST(HeatmapView, LargeGridsStayExactUnderTheMouse) {
     EXPECT_DOUBLE_EQ(view.map()->grid().value(40, 5001), 2.0);
     QCustomPlot* plot = view.map();
     plot->replot();
-    const QPoint pixel(static_cast<int>(plot->xAxis->coordToPixel(5001)), static_cast<int>(plot->yAxis->coordToPixel(40)));
+    const QPoint pixel(static_cast<int>(plot->xAxis->coordToPixel(5001)),
+                       static_cast<int>(plot->yAxis->coordToPixel(40)));
     const auto cell = view.map()->cellAtPixel(pixel);
     ASSERT_TRUE(cell.has_value());
     EXPECT_EQ(cell->row, 40);
     const double positionsPerPixel = 8192.0 / plot->axisRect()->width();
     EXPECT_NEAR(static_cast<double>(cell->position), 5001.0, positionsPerPixel + 1);  // the mouse resolves one pixel
-    EXPECT_DOUBLE_EQ(cell->value, view.map()->grid().value(40, cell->position)) << "hover shows the full-resolution value";
+    EXPECT_DOUBLE_EQ(cell->value, view.map()->grid().value(40, cell->position))
+        << "hover shows the full-resolution value";
     test::TempDir dir;
     for (const char* ext : {"png", "pdf", "csv"}) {
         const QString path = QString::fromStdString(dir.file(std::string("map.") + ext));
@@ -157,9 +160,15 @@ TEST_F(MainWindowTest, ShowsWhatTheLedgerSaysForTheSelectedItem) {
         const std::size_t prefixLength = prefixCells.size() - suffix.size();
         for (std::size_t i = 0; i < suffix.size(); ++i) ASSERT_EQ(prefixCells[prefixLength + i].token.id, suffix[i]);
         if (ledgerDivergence >= 0) {
-            EXPECT_EQ(window.decodeView()->livePane()->highlightedCell(), static_cast<int>(prefixLength) + ledgerDivergence);
-            EXPECT_EQ(window.decodeView()->prefillPane()->highlightedCell(), static_cast<int>(prefixLength) + ledgerDivergence);
-            EXPECT_NE(window.decodeView()->livePane()->tooltipForCell(static_cast<int>(prefixLength) + ledgerDivergence).indexOf(QStringLiteral("margin")), -1);
+            EXPECT_EQ(window.decodeView()->livePane()->highlightedCell(),
+                      static_cast<int>(prefixLength) + ledgerDivergence);
+            EXPECT_EQ(window.decodeView()->prefillPane()->highlightedCell(),
+                      static_cast<int>(prefixLength) + ledgerDivergence);
+            EXPECT_NE(window.decodeView()
+                          ->livePane()
+                          ->tooltipForCell(static_cast<int>(prefixLength) + ledgerDivergence)
+                          .indexOf(QStringLiteral("margin")),
+                      -1);
         }
 
         // The heatmap: layers x prefix positions, values equal to an independent rebuild of the caches.
@@ -167,7 +176,8 @@ TEST_F(MainWindowTest, ShowsWhatTheLedgerSaysForTheSelectedItem) {
         const auto& prompt = record.trajectories.at("prompt");
         const int64_t boundary = record.results.at("trace").at("boundary").get<int64_t>();
         const KvCache live = buildLiveCache(model, prompt, boundary);
-        const KvCache prefill = buildCache(model, live.ids(), Construction::parse("prefill"), static_cast<int64_t>(prompt.size()));
+        const KvCache prefill =
+            buildCache(model, live.ids(), Construction::parse("prefill"), static_cast<int64_t>(prompt.size()));
         const CacheDiff expected = diffCaches(live, prefill);
         KvHeatmapView* heatmap = window.heatmapView();
         heatmap->setMetric(DiffMetric::MaxAbs);
@@ -177,9 +187,11 @@ TEST_F(MainWindowTest, ShowsWhatTheLedgerSaysForTheSelectedItem) {
         ASSERT_EQ(grid.positions, static_cast<int64_t>(live.length()));
         const int64_t p = live.length() - 1, l = model.config().numLayers - 1;
         double want = 0;
-        for (int64_t h = 0; h < expected.heads; ++h) want = std::max(want, static_cast<double>(expected.keys.maxAbs[expected.at(l, h, p)]));
+        for (int64_t h = 0; h < expected.heads; ++h)
+            want = std::max(want, static_cast<double>(expected.keys.maxAbs[expected.at(l, h, p)]));
         EXPECT_DOUBLE_EQ(grid.value(l, p), want);
-        EXPECT_NE(heatmap->describeCell(l, p).indexOf(QString::number(want, 'g', 5)), -1) << heatmap->describeCell(l, p).toStdString();
+        EXPECT_NE(heatmap->describeCell(l, p).indexOf(QString::number(want, 'g', 5)), -1)
+            << heatmap->describeCell(l, p).toStdString();
         QWidget* heads = heatmap->openHeadBreakdown(l);
         ASSERT_NE(heads, nullptr);
         EXPECT_EQ(heads->findChild<DiffColorMap*>()->grid().rows, model.config().numKvHeads);
@@ -201,8 +213,10 @@ TEST_F(MainWindowTest, ShowsWhatTheLedgerSaysForTheSelectedItem) {
         window.transplantPanel()->setDirectionIntoPrefill(true);
         window.transplantPanel()->run();
         ASSERT_TRUE(waitFor([&] { return none.count() > 0; }));
-        const QString expectNone = ledgerDivergence < 0 ? QStringLiteral("follows donor") : QStringLiteral("follows recipient");
-        EXPECT_NE(window.transplantPanel()->verdictText().indexOf(expectNone), -1) << window.transplantPanel()->verdictText().toStdString();
+        const QString expectNone =
+            ledgerDivergence < 0 ? QStringLiteral("follows donor") : QStringLiteral("follows recipient");
+        EXPECT_NE(window.transplantPanel()->verdictText().indexOf(expectNone), -1)
+            << window.transplantPanel()->verdictText().toStdString();
 
         if (!divergent) continue;
         // The localize preset selects exactly the ledger's sufficient layers.
@@ -210,8 +224,10 @@ TEST_F(MainWindowTest, ShowsWhatTheLedgerSaysForTheSelectedItem) {
             window.transplantPanel()->applyLocalizePreset();
             const auto layers = record.results["localize"]["layers"].get<std::vector<int64_t>>();
             const std::string kv = record.results["localize"]["kv"].get<std::string>();
-            EXPECT_EQ(window.transplantPanel()->layers()->layersWithKeys(), kv == "v" ? std::vector<int64_t>{} : layers);
-            EXPECT_EQ(window.transplantPanel()->layers()->layersWithValues(), kv == "k" ? std::vector<int64_t>{} : layers);
+            EXPECT_EQ(window.transplantPanel()->layers()->layersWithKeys(),
+                      kv == "v" ? std::vector<int64_t>{} : layers);
+            EXPECT_EQ(window.transplantPanel()->layers()->layersWithValues(),
+                      kv == "k" ? std::vector<int64_t>{} : layers);
         }
         // Any two constructions: live vs token-by-token after the prompt is the bridge, bit for bit.
         QSignalSpy compared(&window, &MainWindow::analysisShown);
@@ -224,7 +240,8 @@ TEST_F(MainWindowTest, ShowsWhatTheLedgerSaysForTheSelectedItem) {
         EXPECT_NE(window.decodeView()->prefillPane()->cells().size(), 0u);
         // Different precisions: continuations compared, no element-wise diff (and no crash).
         QSignalSpy mixed(&window, &MainWindow::analysisShown);
-        window.decodeView()->setSides({QStringLiteral("prefill"), QStringLiteral("bf16")}, {QStringLiteral("prefill"), QStringLiteral("fp32")});
+        window.decodeView()->setSides({QStringLiteral("prefill"), QStringLiteral("bf16")},
+                                      {QStringLiteral("prefill"), QStringLiteral("fp32")});
         window.decodeView()->requestCompare();
         ASSERT_TRUE(waitFor([&] { return mixed.count() > 0 || !window.lastError().isEmpty(); }));
         ASSERT_TRUE(window.lastError().isEmpty()) << window.lastError().toStdString();
@@ -249,7 +266,8 @@ TEST_F(MainWindowTest, BadInputBecomesAMessageNotACrash) {
     window.sessionPage()->setModelDir(QString::fromStdString(dir.path()));
     window.worker()->openModel(QString::fromStdString(dir.path()), QStringLiteral("bf16"));
     ASSERT_TRUE(waitFor([&] { return failed.count() > 0; }));
-    EXPECT_NE(failed.front().front().toString().indexOf(QStringLiteral("config.json")), -1) << failed.front().front().toString().toStdString();
+    EXPECT_NE(failed.front().front().toString().indexOf(QStringLiteral("config.json")), -1)
+        << failed.front().front().toString().toStdString();
     EXPECT_FALSE(window.selectItem(QStringLiteral("nope")));
 }
 
@@ -302,8 +320,9 @@ TEST_F(MainWindowTest, EventLoopTurnsWhileTheWorkerDecodesAndCancelStopsIt) {
     window.sessionPage()->requestCompare();
     ASSERT_TRUE(waitFor([&] { return shown.count() > 0 || !window.lastError().isEmpty(); }));
     ASSERT_TRUE(window.lastError().isEmpty()) << window.lastError().toStdString();
-    EXPECT_EQ(window.heatmapView()->diff().positions, static_cast<int64_t>(window.sessionPage()->livePane()->cells().size() -
-                                                                                (decoded.front().front().value<SessionDecode>().trace.size() - 10)));
+    EXPECT_EQ(window.heatmapView()->diff().positions,
+              static_cast<int64_t>(window.sessionPage()->livePane()->cells().size() -
+                                   (decoded.front().front().value<SessionDecode>().trace.size() - 10)));
 
     // Cancel: a long decode stops promptly with a "cancelled" failure.
     QSignalSpy failed(&window, &MainWindow::taskFailed);
@@ -337,7 +356,8 @@ TEST_F(MainWindowTest, BatchRunFromTheWindowWritesTheLedgerTheCliWrites) {
     test::TempDir dir;
     // Two items of the fixture's experiment, once through the window's worker, once through the CLI.
     std::string toml = test::readTextFile(f.experiment);
-    const std::string datasetLine = toml.substr(toml.find("path = "), toml.find('\n', toml.find("path = ")) - toml.find("path = "));
+    const std::string datasetLine =
+        toml.substr(toml.find("path = "), toml.find('\n', toml.find("path = ")) - toml.find("path = "));
     std::string lines = test::readTextFile(test::testDataDir() + "/../../experiments/data/arith12.jsonl");
     lines = lines.substr(0, lines.find('\n', lines.find('\n') + 1) + 1);
     test::writeTextFile(dir.file("two.jsonl"), lines);
@@ -376,7 +396,8 @@ TEST_F(MainWindowTest, BatchRunFromTheWindowWritesTheLedgerTheCliWrites) {
     window.worker()->cancel();
     ASSERT_TRUE(waitFor([&] { return cancelled.count() > 0; }));
     EXPECT_LT(experiments::Ledger(dir.file("cancelled.db")).runs().front().itemsDone, 12);
-    EXPECT_NE(cancelled.front().at(1).toString().indexOf(QStringLiteral("resume")), -1) << cancelled.front().at(1).toString().toStdString();
+    EXPECT_NE(cancelled.front().at(1).toString().indexOf(QStringLiteral("resume")), -1)
+        << cancelled.front().at(1).toString().toStdString();
 }
 
 TEST(GuiCommandLine, ScreenshotOfTheMainWindowWithALedger) {
@@ -388,8 +409,9 @@ TEST(GuiCommandLine, ScreenshotOfTheMainWindowWithALedger) {
     env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
     env.insert(QStringLiteral("XDG_CONFIG_HOME"), QString::fromStdString(f.dir));
     gui.setProcessEnvironment(env);
-    gui.start(QStringLiteral(KVSCOPE_GUI), {QString::fromStdString(f.ledger), QStringLiteral("--item"),
-                                            QString::fromStdString(f.items.front().itemId), QStringLiteral("--screenshot"), shot});
+    gui.start(QStringLiteral(KVSCOPE_GUI),
+              {QString::fromStdString(f.ledger), QStringLiteral("--item"),
+               QString::fromStdString(f.items.front().itemId), QStringLiteral("--screenshot"), shot});
     ASSERT_TRUE(gui.waitForFinished(180000));
     EXPECT_EQ(gui.exitCode(), 0) << gui.readAllStandardError().toStdString();
     const QImage image(shot);
@@ -401,8 +423,8 @@ TEST(GuiCommandLine, ScreenshotOfTheMainWindowWithALedger) {
     QProcess spliced;
     spliced.setProcessEnvironment(env);
     const QString splicedShot = QString::fromStdString(f.dir + "/spliced.png");
-    spliced.start(QStringLiteral(KVSCOPE_GUI), {QString::fromStdString(f.ledger), QStringLiteral("--screenshot"), splicedShot,
-                                                QStringLiteral("--transplant")});
+    spliced.start(QStringLiteral(KVSCOPE_GUI), {QString::fromStdString(f.ledger), QStringLiteral("--screenshot"),
+                                                splicedShot, QStringLiteral("--transplant")});
     ASSERT_TRUE(spliced.waitForFinished(180000));
     EXPECT_EQ(spliced.exitCode(), 0) << spliced.readAllStandardError().toStdString();
     EXPECT_FALSE(QImage(splicedShot).isNull());
@@ -415,8 +437,9 @@ TEST(GuiCommandLine, ScreenshotOfTheMainWindowWithALedger) {
 
     QProcess missing;
     missing.setProcessEnvironment(env);
-    missing.start(QStringLiteral(KVSCOPE_GUI), {QString::fromStdString(f.dir + "/none.db"), QStringLiteral("--screenshot"),
-                                                QString::fromStdString(f.dir + "/x.png")});
+    missing.start(QStringLiteral(KVSCOPE_GUI),
+                  {QString::fromStdString(f.dir + "/none.db"), QStringLiteral("--screenshot"),
+                   QString::fromStdString(f.dir + "/x.png")});
     ASSERT_TRUE(missing.waitForFinished(60000));
     EXPECT_NE(missing.exitCode(), 0);
     EXPECT_NE(missing.readAllStandardError().indexOf("none.db"), -1);
