@@ -6,8 +6,9 @@
 #              suites (transformers and tokenizers on that same torch)
 # Then, when dev was tested, builds the Debian package, installs it with apt and runs the installed
 # executables, and runs a Slurm job array on a single-node Slurm it starts (scripts/slurm-test.sh).
-# Last, the fuzz harnesses replay their seed corpora and regression inputs and fuzz 20 s each
-# (scripts/fuzz.sh check). Prints the time of each stage.
+# Last, clang-format checks the layout (scripts/format.sh check) and the fuzz harnesses replay their
+# seed corpora and regression inputs and fuzz 20 s each (scripts/fuzz.sh check). Prints the time of
+# each stage.
 #   scripts/test.sh [preset...]      default: dev torch-pip; also asan
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -33,6 +34,10 @@ for preset in "${presets[@]}"; do
     stage "the Slurm test" "$root/scripts/slurm-test.sh" "$root/build/dev/app/kvscope"
   fi
 done
-# The fuzz stage belongs to the default run (the README's and CI's), not to a run of chosen presets.
-if [ $# -eq 0 ]; then stage "fuzzing (corpora, regressions, 20 s per harness)" "$root/scripts/fuzz.sh" check 20; fi
+# The gates that need the whole default run (the README's and CI's): the C++ layout, checked with the
+# clang-format pinned in .venv (made for torch-pip), and the fuzz harnesses.
+if [ $# -eq 0 ]; then
+  stage "the format check" "$root/scripts/format.sh" check
+  stage "fuzzing (corpora, regressions, 20 s per harness)" "$root/scripts/fuzz.sh" check 20
+fi
 echo "test.sh: all stages passed in $SECONDS s"
