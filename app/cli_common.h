@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Pieces every CLI command shares: model/device/thread options, loading with warnings on stderr,
 // JSON for generation results.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // kvscope bench: throughput figures, printed; never a test.
 #include "cli_common.h"
 

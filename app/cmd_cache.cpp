@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // kvscope cache build|info|diff|transplant|locate, and kvscope continue. The command-line forms are
 // contracts users' scripts rely on; keep them.
 #include "cli_common.h"

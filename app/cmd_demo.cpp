@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // kvscope train-demo-model: trains the embedded demo model (core/train).
 // kvscope demo: runs experiments/demo.toml on the shipped model into a fresh ledger and reports.
 #include "cli_common.h"

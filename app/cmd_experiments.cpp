@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // kvscope run / report / audit / ledger merge: the headless experiment engine.
 // Exit codes: 0 success; 1 failure; 2 usage error; 3 audit found mismatches; 130 interrupted
 // (Ctrl-C: the item in flight is finished and recorded first; run the same command to resume).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // kvscope generate: prefill a prompt and decode greedily or with seeded sampling.
 #include "cli_common.h"
 

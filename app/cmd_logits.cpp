@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // kvscope logits: one forward over given ids (a one-shot prefill) and the logits of every position,
 // saved as safetensors, so that another implementation (Hugging Face transformers, say) can be
 // compared with kvscope bit for bit.

@@ -1,7 +1,8 @@
+// SPDX-License-Identifier: MIT
 // kvscope make-test-model: a deterministic random checkpoint in real Hugging Face format.
 #include "cli_common.h"
 
-#include "core/model/test_model.h"
+#include "core/model/random_checkpoint.h"
 
 #include <iostream>
 
@@ -13,7 +14,7 @@ struct MakeTestModelOptions {
     std::string out;
     std::string dtype = "fp32";
     std::string shape = "tiny";
-    TestModelSpec spec;
+    RandomCheckpointSpec spec;
     int threads = 0;
 };
 
@@ -49,11 +50,11 @@ void addMakeTestModelCommand(CLI::App& app) {
     addThreadsOption(cmd, o->threads);
     cmd->callback([o] {
         applyThreads(o->threads);
-        TestModelSpec spec = o->shape == "qwen2.5-0.5b" ? qwen25HalfBillionShape() : o->spec;
+        RandomCheckpointSpec spec = o->shape == "qwen2.5-0.5b" ? qwen25HalfBillionShape() : o->spec;
         if (o->shape == "qwen2.5-0.5b") spec.seed = o->spec.seed, spec.shards = o->spec.shards;
         spec.architecture = parseArch(o->arch);
         spec.dtype = parseDtype(o->dtype);
-        const ModelConfig c = writeTestModel(spec, o->out);
+        const ModelConfig c = writeRandomCheckpoint(spec, o->out);
         std::cout << "wrote " << architectureName(c.architecture) << " test model to " << o->out << " (" << c.numLayers
                   << " layers, hidden " << c.hiddenSize << ", vocab " << c.vocabSize << ")\n";
     });

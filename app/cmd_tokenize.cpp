@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // kvscope tokenize / detokenize: only the tokenizer files of DIR are read.
 #include "cli_common.h"
 #include "core/util/json_ids.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // kvscope-gui [LEDGER.db | MODEL_DIR] [--item ID] [--screenshot FILE.png [--transplant]] [--version]
 // With --screenshot the window opens the ledger, selects the item, waits until every view shows it,
 // saves a picture of the window and exits (0 on success); it works offscreen.

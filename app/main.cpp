@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // kvscope: the headless command line. Each command lives in its own cmd_*.cpp; this file only
 // assembles them and turns errors into one line on stderr and an exit code:
 //   0 success, 1 runtime failure (bad file, failed run), 2 usage error (bad flags or arguments).

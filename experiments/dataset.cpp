@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "experiments/dataset.h"
 #include "core/util/json_ids.h"
 

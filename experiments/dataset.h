@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Dataset items (JSONL, one object per line): "id", "prompt" or "messages" ([{role, content}]),
 // "answer"; optional "prefix_ids" (integer ids used as the prompt, bypassing the tokenizer).

@@ -1,6 +1,7 @@
+// SPDX-License-Identifier: MIT
 #include "experiments/experiment_config.h"
 
-#include "core/model/test_model.h"
+#include "core/model/random_checkpoint.h"
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/fault_injection.h"
@@ -260,7 +261,7 @@ void removeAbandonedStagingFolders(const fs::path& target) {
 void ExperimentConfig::generateModelIfMissing() const {
     const fs::path target(modelDir);
     if (!generateModel || fs::exists(target / "config.json")) return;
-    TestModelSpec spec;
+    RandomCheckpointSpec spec;
     const std::string arch = generateSpec["arch"];
     spec.architecture = arch == "llama"   ? Architecture::Llama
                         : arch == "qwen3" ? Architecture::Qwen3
@@ -276,7 +277,7 @@ void ExperimentConfig::generateModelIfMissing() const {
     const fs::path staging = modelDir + "." + std::to_string(::getpid()) + ".partial";
     std::error_code ec;
     fs::remove_all(staging, ec);
-    writeTestModel(spec, staging.string());
+    writeRandomCheckpoint(spec, staging.string());
     fs::remove(target, ec);  // only an empty folder goes (say, one the user made for it)
     fault::point("rename of a generated model folder into place");
     fs::rename(staging, target, ec);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // An experiment file (TOML), resolved: every path absolute, every default filled in. Unknown keys
 // anywhere are errors (a typo must not silently change a study).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "experiments/ledger.h"
 
 #include "core/util/atomic_file.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The SQLite ledger: runs (identified by their frozen manifest), finished items with their
 // per-protocol results, trajectories (token id blobs), fingerprints and timings. WAL mode and one

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "experiments/manifest.h"
 
 #include "core/cache/fingerprint.h"

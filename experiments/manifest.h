@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The frozen manifest of a run: the resolved configuration and the SHA-256 of every input file
 // (model files, tokenizer, dataset) plus the kvscope version. Its "identity" part (no absolute

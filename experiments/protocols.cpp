@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "experiments/protocols.h"
 
 #include "core/cache/cache_io.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // One dataset item through the selected protocols (see docs/ARCHITECTURE.md for the data flow):
 //

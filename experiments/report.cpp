@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "experiments/report.h"
 
 #include "core/stats/stats.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Tables of the study from a ledger run. The JSON keys below are a contract users' scripts rely on:
 //   matched: n, suffix_differ, label_differ, accuracy_live, accuracy_prefill, accuracy_diff,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "experiments/runner.h"
 
 #include "experiments/dataset.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // A whole batch: resolve the manifest, find or create the run in the ledger, then run each item
 // not yet finished (respecting --limit, --items and --shard) and record it in one transaction.

@@ -1,7 +1,8 @@
+// SPDX-License-Identifier: MIT
 #include "core/bench/benchmark.h"
 
 #include "core/decode/generator.h"
-#include "core/model/test_model.h"
+#include "core/model/random_checkpoint.h"
 #include "core/model/transformer.h"
 #include "core/util/version.h"
 
@@ -36,9 +37,9 @@ std::string ensureModel(const BenchOptions& o, const std::function<void(const st
     const std::string dir = (std::filesystem::path(o.cacheDir) / "bench-qwen2.5-0.5b-shape").string();
     if (!std::filesystem::exists(std::filesystem::path(dir) / "model.safetensors")) {
         log("generating a Qwen2.5-0.5B-shaped random model in " + dir + " (once)");
-        TestModelSpec spec = qwen25HalfBillionShape();
+        RandomCheckpointSpec spec = qwen25HalfBillionShape();
         spec.dtype = torch::kBFloat16;  // half the disk; fp32 runs convert exactly on load
-        writeTestModel(spec, dir);
+        writeRandomCheckpoint(spec, dir);
     }
     return dir;
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // `kvscope bench`: prefill and decode throughput on a Qwen2.5-0.5B-shaped model, next to the decode
 // rate this machine's memory bandwidth allows, all measured in the same run.

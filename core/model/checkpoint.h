@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // A Hugging Face checkpoint directory on disk: config, and weights from either `model.safetensors`
 // or a sharded `model.safetensors.index.json` + shards. Tensors are read on demand from the

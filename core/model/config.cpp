@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/model/config.h"
 
 #include "core/util/error.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // config.json (+ generation_config.json) -> ModelConfig: everything the forward pass needs to know
 // about a Qwen2 / Qwen2.5, Llama 2/3 or Qwen3 checkpoint, with Hugging Face's defaults filled in.

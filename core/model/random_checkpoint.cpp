@@ -1,4 +1,5 @@
-#include "core/model/test_model.h"
+// SPDX-License-Identifier: MIT
+#include "core/model/random_checkpoint.h"
 
 #include "core/model/checkpoint.h"
 #include "core/model/safetensors.h"
@@ -46,7 +47,7 @@ torch::Tensor deterministicUniform(std::vector<int64_t> shape, double stddev, do
     return t;
 }
 
-torch::Tensor initialTensor(const ExpectedTensor& e, const TestModelSpec& spec, std::uint64_t index) {
+torch::Tensor initialTensor(const ExpectedTensor& e, const RandomCheckpointSpec& spec, std::uint64_t index) {
     const bool isNorm = e.name.find("norm.weight") != std::string::npos;
     const bool isBias = e.name.size() > 5 && e.name.compare(e.name.size() - 5, 5, ".bias") == 0;
     const bool isEmbedding = e.name == "model.embed_tokens.weight";
@@ -57,7 +58,7 @@ torch::Tensor initialTensor(const ExpectedTensor& e, const TestModelSpec& spec, 
     return deterministicUniform(e.shape, 1.0 / std::sqrt(fanIn), 0.0, spec.seed, index);
 }
 
-void writeWeights(const ModelConfig& config, const TestModelSpec& spec, const fs::path& dir) {
+void writeWeights(const ModelConfig& config, const RandomCheckpointSpec& spec, const fs::path& dir) {
     const auto expected = expectedTensors(config);
     const int shards = std::max(1, std::min<int>(spec.shards, static_cast<int>(expected.size())));
     nlohmann::json weightMap = nlohmann::json::object();
@@ -83,8 +84,8 @@ void writeWeights(const ModelConfig& config, const TestModelSpec& spec, const fs
 
 }  // namespace
 
-TestModelSpec qwen25HalfBillionShape() {
-    TestModelSpec s;
+RandomCheckpointSpec qwen25HalfBillionShape() {
+    RandomCheckpointSpec s;
     s.architecture = Architecture::Qwen2;
     s.hiddenSize = 896;
     s.numLayers = 24;
@@ -98,7 +99,7 @@ TestModelSpec qwen25HalfBillionShape() {
     return s;
 }
 
-ModelConfig writeTestModel(const TestModelSpec& spec, const std::string& dirName) {
+ModelConfig writeRandomCheckpoint(const RandomCheckpointSpec& spec, const std::string& dirName) {
     const fs::path dir(dirName);
     fs::create_directories(dir);
 

@@ -1,7 +1,10 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Deterministic random checkpoints in real Hugging Face format (config.json, model.safetensors or
-// shards + index, tokenizer.json, generation_config.json), read back by the ordinary loader. Tests,
-// benchmarks and demos use them because no weights can be downloaded.
+// shards + index, tokenizer.json, generation_config.json), read back by the ordinary loader. A
+// product feature: `kvscope make-test-model`, experiment files' [model.generate] and `kvscope bench`
+// (any shape, e.g. Qwen2.5-0.5B's) make models with it where no weights can be downloaded; the tests
+// use it for the same reason.
 #include "core/model/config.h"
 
 #include <torch/types.h>
@@ -11,7 +14,7 @@
 
 namespace kvscope {
 
-struct TestModelSpec {
+struct RandomCheckpointSpec {
     Architecture architecture = Architecture::Qwen2;
     int64_t hiddenSize = 64;
     int64_t numLayers = 2;
@@ -32,9 +35,9 @@ struct TestModelSpec {
 
 // The exact shape of Qwen2.5-0.5B (hidden 896, 24 layers, 14 heads, 2 KV heads, intermediate 4864,
 // vocab 151936, tied embeddings, q/k/v bias), used by `kvscope bench`.
-TestModelSpec qwen25HalfBillionShape();
+RandomCheckpointSpec qwen25HalfBillionShape();
 
 // Writes the checkpoint into `dir` (created if needed) and returns its config.
-ModelConfig writeTestModel(const TestModelSpec& spec, const std::string& dir);
+ModelConfig writeRandomCheckpoint(const RandomCheckpointSpec& spec, const std::string& dir);
 
 }  // namespace kvscope

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/model/safetensors.h"
 
 #include "core/util/atomic_file.h"

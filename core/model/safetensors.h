@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Reader and writer for the safetensors format (https://huggingface.co/docs/safetensors):
 //   [u64 little-endian N][N bytes of JSON header][data bytes]

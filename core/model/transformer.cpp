@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The forward pass, top to bottom. Shapes use S = new tokens in this call, T = cache length after
 // it, H = hidden size, Q = query heads, KV = key/value heads, G = Q/KV (group size), D = head dim,
 // I = intermediate size, V = vocabulary. Numerics follow Hugging Face transformers' eager

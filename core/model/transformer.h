@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The decoder-only transformer shared by Qwen2 / Qwen2.5, Llama 2/3 and Qwen3, with Hugging Face
 // semantics (see transformer.cpp, which reads top to bottom). Batch size is always 1: a sequence is

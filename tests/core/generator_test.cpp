@@ -1,7 +1,8 @@
+// SPDX-License-Identifier: MIT
 // prefill / decodeOne / decodeN and their stop rules.
 #include "core/decode/generator.h"
 #include "core/model/safetensors.h"
-#include "core/model/test_model.h"
+#include "core/model/random_checkpoint.h"
 #include "core/util/error.h"
 #include "core/text/tokenizer.h"
 #include "support/test_support.h"
@@ -101,9 +102,9 @@ TEST_F(GeneratorTest, SeededSamplingIsReproducibleAndContinuationFromAnyCacheDra
 }  // namespace
 TEST(GeneratorLimits, StopsAtMaxPositionEmbeddingsAndRefusesALongerPrompt) {
     test::TempDir dir;
-    TestModelSpec spec = test::tinySpec("qwen2");
+    RandomCheckpointSpec spec = test::tinySpec("qwen2");
     spec.maxPositionEmbeddings = 24;
-    writeTestModel(spec, dir.file("short"));
+    writeRandomCheckpoint(spec, dir.file("short"));
     const Transformer model = Transformer::load(dir.file("short"), torch::kFloat32, torch::kCPU);
     Generator gen(model);
     StopRules stops;
@@ -126,7 +127,7 @@ TEST(GeneratorLimits, StopsAtMaxPositionEmbeddingsAndRefusesALongerPrompt) {
 
 TEST(GeneratorLimits, NonFiniteLogitsAreAnErrorNamingTheFirstLayerAndOp) {
     test::TempDir dir;
-    writeTestModel(test::tinySpec("qwen2"), dir.file("broken"));
+    writeRandomCheckpoint(test::tinySpec("qwen2"), dir.file("broken"));
     const std::string weights = dir.file("broken") + "/model.safetensors";
     {
         SafetensorsFile f(weights);

@@ -1,9 +1,10 @@
+// SPDX-License-Identifier: MIT
 // model.safetensors.index.json in front of a real two-shard test checkpoint: the index decides
 // which shard each tensor is read from, so a bad one must be refused before any tensor is used.
 #include "fuzz_support.h"
 
 #include "core/model/checkpoint.h"
-#include "core/model/test_model.h"
+#include "core/model/random_checkpoint.h"
 
 #include <filesystem>
 
@@ -14,10 +15,10 @@ const std::string& shardedCheckpoint() {
         const std::string made = kvscope::fuzz::scratchDir() + "/sharded";
         // The shape of the seed corpus's index (tests/fuzz/corpus/sharded_index), kept tiny so each
         // execution maps two ~10 KB shards.
-        kvscope::TestModelSpec spec;
+        kvscope::RandomCheckpointSpec spec;
         spec.hiddenSize = 8, spec.numLayers = 1, spec.numHeads = 2, spec.numKvHeads = 1;
         spec.intermediateSize = 8, spec.bpeMerges = 8, spec.shards = 2;
-        kvscope::writeTestModel(spec, made);
+        kvscope::writeRandomCheckpoint(spec, made);
         return made;
     }();
     return dir;

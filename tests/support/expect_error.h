@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Asserts that `f` throws E and that the message contains every fragment (a file name, a field, what
 // was expected), so a test pins what the user reads, not only that something failed.

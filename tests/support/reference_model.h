@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // An independent, plainly written float64 implementation of the Qwen2 / Llama / Qwen3 forward pass
 // (loops over std::vector<double>, no libtorch ops, no cache), read straight from the safetensors

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "support/test_support.h"
 
 #include <ATen/Parallel.h>
@@ -30,8 +31,8 @@ TempDir::~TempDir() {
 
 std::string testDataDir() { return KVSCOPE_TEST_DATA; }
 
-TestModelSpec tinySpec(const std::string& name) {
-    TestModelSpec s;
+RandomCheckpointSpec tinySpec(const std::string& name) {
+    RandomCheckpointSpec s;
     std::string variant = name;
     // "-wide": hidden 256, so live and prefill part bits on every libtorch tried (tiny matrices can
     // give every shape the same accumulation order; see tinyModel in test_support.h).
@@ -75,7 +76,7 @@ const std::string& tinyModel(const std::string& variant) {
     auto it = made.find(variant);
     if (it != made.end()) return it->second;
     const std::string dir = root.file(variant);
-    writeTestModel(tinySpec(variant), dir);
+    writeRandomCheckpoint(tinySpec(variant), dir);
     return made[variant] = dir;
 }
 

@@ -1,7 +1,8 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Shared helpers for kvscope's tests: temporary folders, generated models (made once per process
 // and reused), test data paths, and running the real CLI.
-#include "core/model/test_model.h"
+#include "core/model/random_checkpoint.h"
 
 #include <string>
 
@@ -33,7 +34,7 @@ bool isElementwiseOp(const std::string& op);
 // in bf16 on both libtorch generations and every architecture (measured; at hidden 64, oneDNN in
 // PyTorch 2.13 gives many such pairs identical bits). Tests that need two differing caches use it.
 const std::string& tinyModel(const std::string& variant);
-TestModelSpec tinySpec(const std::string& variant);
+RandomCheckpointSpec tinySpec(const std::string& variant);
 
 struct CommandResult {
     int exitCode = -1;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The desktop application under QT_QPA_PLATFORM=offscreen: the views show what a ledger made by the
 // experiment engine says (divergence index, heatmap size and cell values, transplant verdict); the
 // event loop keeps turning while the worker decodes; bad input becomes a message; the window can be
@@ -282,10 +283,10 @@ TEST_F(MainWindowTest, AHeatmapExportThatCannotBeWrittenIsReported) {
 
 TEST_F(MainWindowTest, EventLoopTurnsWhileTheWorkerDecodesAndCancelStopsIt) {
     static test::TempDir dir;
-    TestModelSpec spec = test::tinySpec("qwen2");
+    RandomCheckpointSpec spec = test::tinySpec("qwen2");
     spec.hiddenSize = 256, spec.numLayers = 6, spec.intermediateSize = 768, spec.numHeads = 8, spec.numKvHeads = 2;
     spec.maxPositionEmbeddings = 8192;
-    writeTestModel(spec, dir.file("model"));
+    writeRandomCheckpoint(spec, dir.file("model"));
     MainWindow window;
     window.show();
     QSignalSpy opened(window.worker(), &ModelWorker::modelOpened);
