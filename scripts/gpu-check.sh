@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The one GPU check: under 10 minutes on a single-GPU machine that has PyTorch 2.x with CUDA, cmake,
 # ninja, nvcc and a C++ compiler, but no internet and no Qt. Run it from the source root with
 # .gpu-bundle beside the sources (scripts/gpu-bundle.sh prepares it on a machine with Debian's

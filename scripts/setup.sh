@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Installs exactly the Debian packages kvscope needs (once; idempotent), then configures and builds.
 #   scripts/setup.sh [preset]      preset: dev (default; Debian's libtorch), torch-pip (PyTorch's
 #                                  libtorch from .venv, which this creates), release or asan

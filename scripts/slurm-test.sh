@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Runs packaging/slurm/kvscope-array.sbatch on a real single-node Slurm that this script starts
 # (Debian's slurm-wlm and munge, installed when missing; needs root or sudo), then checks that the
 # array's merged ledger reports exactly what one unsharded run of the same experiment reports.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Builds the Debian package from a build folder, installs it with apt on this machine, and runs both
 # installed executables from outside the source tree: `kvscope demo` on two items (the shipped model
 # and experiment file must be found under /usr/share/kvscope) and a `kvscope-gui --screenshot` of its

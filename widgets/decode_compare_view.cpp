@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "widgets/decode_compare_view.h"
 
 #include "widgets/token_pane.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Side-by-side decodes: live and prefill continuations from the same prefix (and a third pane for a
 // transplant's result), scrolled together, with a plot of the top-1/top-2 margin per step for both

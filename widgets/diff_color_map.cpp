@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "widgets/diff_color_map.h"
 
 #include <QToolTip>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // A QCustomPlot showing one HeatmapGrid (rows x positions) as a colour map without interpolation,
 // with a colour bar, linear or log scale, and exact values under the mouse: the picture may be

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "widgets/heatmap_data.h"
 
 #include <algorithm>

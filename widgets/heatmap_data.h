@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The pure maths behind the KV difference heatmap (no Qt, no torch): a CacheDiff reduced to one
 // value per (row, position) cell for a chosen metric and K/V component, a display downsampling that

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "widgets/item_table_model.h"
 
 #include "widgets/json_path.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The ledger's items as a table: one row per finished item, one column per headline result of the
 // study. Whole-result setter (setItems) inside a model reset; sorting and filtering by ItemFilterProxy.

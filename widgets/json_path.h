@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The value at a path of object keys in a ledger's JSON (results, manifests), or null when any step
 // is missing or not an object. Views read optional results this way instead of operator[], which

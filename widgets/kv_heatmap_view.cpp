@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "widgets/kv_heatmap_view.h"
 
 #include "widgets/diff_color_map.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The KV difference heatmap: layers x positions of the live vs prefill cache difference, with the
 // metric, K / V / both and linear or log scale selectable; clicking a cell opens that layer's

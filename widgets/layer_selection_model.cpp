@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "widgets/layer_selection_model.h"
 
 namespace kvscope::widgets {

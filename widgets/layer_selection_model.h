@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The transplant checklist: one row per layer with a checkable K and a checkable V column.
 #include <QAbstractTableModel>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The ledger browser page: the runs of an opened ledger, the items of the selected run (sortable,
 // filterable), and the selection that drives every other view.

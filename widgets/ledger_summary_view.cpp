@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "widgets/ledger_summary_view.h"
 
 #include "widgets/item_table_model.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Above the item table: what the run found, at a glance. A strip with the study's headline counts
 // (suffixes differ, labels flipped, fp32, the paired CI of the accuracy difference) from the same

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "widgets/main_window.h"
 
 #include "widgets/decode_compare_view.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The main window only assembles: the ledger and session pages as tabs, the decode comparison, KV
 // heatmap and transplant panel as docks, menus, toolbar and status bar, settings and the worker

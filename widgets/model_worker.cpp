@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // libtorch's headers come before any Qt header: Qt's `slots` / `signals` keyword macros would
 // otherwise rewrite identifiers inside them (c10::ivalue::Object::slots()).
 #include "experiments/protocols.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The one worker that owns models and runs everything slow, in its own thread: opening a model,
 // rebuilding an item's live and prefill caches and their continuations, transplants, interactive

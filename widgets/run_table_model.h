@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The runs of a ledger: one row per run (its manifest summarised).
 #include "experiments/ledger.h"

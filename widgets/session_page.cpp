@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "widgets/session_page.h"
 
 #include "widgets/token_pane.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The interactive session (no ledger needed): open a model, type a prompt or paste ids, decode live
 // (tokens stream in), click a generated token to set the stage boundary, then compare the live

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "widgets/token_pane.h"
 
 #include <QHelpEvent>

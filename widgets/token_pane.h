@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // One decode as text: each token a span whose tooltip shows its id, logprob, margin and the top
 // alternatives. The shared prefix is dimmed, the stage boundary marked, one token can be

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "widgets/transplant_panel.h"
 
 #include "widgets/layer_selection_model.h"

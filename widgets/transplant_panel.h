@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Transplant controls: which layers (K and V separately), presets (all, none, halves, this item's
 // localize result), direction and an optional position range. Run asks the worker to splice and

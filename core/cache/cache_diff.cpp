@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/cache/cache_diff.h"
 
 #include "core/cache/kv_cache.h"

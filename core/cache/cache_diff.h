@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Element-wise comparison of two caches of the same model and length, as plain values (no torch
 // types), so a widget or a report can consume it directly.

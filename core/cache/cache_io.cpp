@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/cache/cache_io.h"
 #include "core/util/json_ids.h"
 

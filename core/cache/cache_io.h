@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // KV caches on disk as .safetensors: tensors "layers.L.keys" and "layers.L.values", each
 // [kv_heads, tokens, head_dim] in the cache dtype, plus "next_logits" [vocab] fp32 when known.

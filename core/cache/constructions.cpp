@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/cache/constructions.h"
 
 #include "core/util/error.h"

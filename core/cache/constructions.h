@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Ways to build a KV cache over the same integer token ids. Each one is a *schedule*: the sizes of
 // the consecutive chunks of ids fed to the model, one forward per chunk.

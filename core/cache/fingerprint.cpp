@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/cache/fingerprint.h"
 
 #include "core/cache/kv_cache.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Fingerprints: SHA-256 (OpenSSL) of raw bytes, printed as lowercase hex. Identical bytes give the
 // identical fingerprint in every run and process; any changed bit changes it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/cache/kv_cache.h"
 
 #include "core/model/config.h"

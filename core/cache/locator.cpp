@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/cache/locator.h"
 
 #include "core/cache/fingerprint.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The op-level divergence locator: where does the difference between two constructions of the same
 // prefix enter? Both constructions are rebuilt; during the forward that computes the final position

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Splicing caches: a new cache whose chosen layers (K, V or both, optionally only a position range)
 // come from a donor and everything else from the recipient.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/decode/generator.h"
 
 #include "core/util/error.h"

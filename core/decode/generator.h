@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Generation as three separate steps, in the style of gpt-fast's generate.py:
 //   prefill(prompt ids)  -> one forward over the whole prompt, logits of its last position

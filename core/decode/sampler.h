@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Choosing the next token from a logits row, and recording what the choice looked like.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The statistics the study reports, in plain C++ (no torch): Wilson score interval, exact McNemar
 // test, and two intervals for a paired difference in accuracy (seeded bootstrap percentile, and

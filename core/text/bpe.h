@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The BPE model of a byte-level tokenizer: a vocabulary (string -> id) and ranked merges. A
 // pre-tokenized piece is mapped byte by byte onto the byte-level alphabet, then adjacent symbols are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/text/bpe_trainer.h"
 
 #include "core/text/byte_level.h"

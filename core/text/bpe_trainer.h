@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // A small byte-level BPE trainer, enough to give generated and trained models a real tokenizer.json
 // that the ordinary loader reads. Deterministic: ties between equally frequent pairs go to the pair

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // GPT-2's byte-level alphabet: every byte 0..255 gets a printable Unicode character, so any byte
 // string becomes a string of "visible" characters that BPE can merge. Printable Latin-1 bytes map

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/text/chat_template.h"
 
 #include "core/util/error.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Built-in chat templates. kvscope does not evaluate the Jinja templates of tokenizer_config.json;
 // instead it offers the formats it knows by name, and refuses any other name rather than guess.

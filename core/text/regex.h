@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // A compiled PCRE2 pattern in Unicode mode (UTF + UCP, so \s \p{L} \p{N} mean what HF's Oniguruma
 // patterns mean), JIT-compiled when available.

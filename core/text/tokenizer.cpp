@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/text/tokenizer.h"
 #include "core/util/json_ids.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Hugging Face `tokenizer.json`, byte-level BPE flavour (Qwen2 / Qwen2.5 / Qwen3, Llama 3, GPT-2).
 //

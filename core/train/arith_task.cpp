@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/train/arith_task.h"
 
 #include "core/util/error.h"

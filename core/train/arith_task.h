@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The demo model's task: multi-step arithmetic written out stage by stage.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/train/demo_trainer.h"
 
 #include "core/decode/generator.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Trains kvscope's embedded demo model: a small Qwen2-architecture transformer (q/k/v bias, tied
 // embeddings) that learns the staged arithmetic task of arith_task.h, with a byte-level BPE

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/util/atomic_file.h"
 
 #include "core/util/error.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Files that are either absent (or as before) or complete, never half-written: the bytes go to
 // PATH.partial, are fsynced, renamed over PATH, and the folder is fsynced so that the rename itself

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Typed errors. Every failure a user can cause (a bad file, a bad flag, a mismatched cache) is one of
 // these, and its message names the file, field or tensor and what was expected, so the CLI can print

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/util/fault_injection.h"
 
 #ifdef KVSCOPE_FAULT_INJECTION

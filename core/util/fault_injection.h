@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Crash-safety testing by fault injection, as SQLite tests itself: every operation that changes a
 // file (a write, fsync, truncate, rename or delete, kvscope's own or SQLite's) is a numbered fault

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/util/file_names.h"
 
 #include "core/util/hash.h"

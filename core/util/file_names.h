@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // A file name made from data (a dataset's item id, a run name): only [A-Za-z0-9._-] survive, so a
 // path separator, "..", a leading dot or a control character in the data can never reach outside the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // splitmix64's finaliser: a fast, well-mixed hash of one 64-bit word. kvscope's deterministic
 // generators (test checkpoints, the demo task) are built on it, so their numbers are the same on

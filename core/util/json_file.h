@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Writes JSON the way Hugging Face folders hold it (2-space indent, trailing newline), atomically;
 // FormatError naming the file if it cannot be written.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Token ids read from JSON (dataset prefix_ids, cache metadata, tokenizer.json, --jsonl input). A
 // JSON number is not necessarily an integer: nlohmann's get<int64_t>() casts 1.5 to 1 and 3e19 to

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Ceilings on sizes read from files, checked before anything is allocated from them. Far above any
 // open model (Llama 3.1 405B: hidden 16384, 126 layers, 128 heads, vocabulary 128256, 131072

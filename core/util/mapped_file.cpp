@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/util/mapped_file.h"
 
 #include "core/util/error.h"

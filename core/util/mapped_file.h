@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // A read-only memory map of a whole file (RAII). Safetensors weights are read through it so a
 // multi-gigabyte checkpoint is never copied into memory twice.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Strict number parsing for command-line values and file metadata: the whole text must be a
 // non-negative decimal integer ("12"; not "12x", "-1", " 3" or ""). Callers wrap the failure in

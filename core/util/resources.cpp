@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/util/resources.h"
 
 #include "core/util/error.h"

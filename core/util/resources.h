@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Where kvscope's shipped data lives (the demo model, experiment files), so the same binary works
 // from a build tree and from an installed package. Candidates, in order:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/util/version.h"
 
 #include <ATen/Parallel.h>

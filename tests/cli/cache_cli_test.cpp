@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // `kvscope cache ...` and `kvscope continue` end to end through the real executable.
 #include "support/test_support.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // End to end through the real `kvscope` executable.
 #include "core/util/version.h"
 #include "support/test_support.h"

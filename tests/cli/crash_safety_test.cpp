@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Crash safety by fault injection (built with KVSCOPE_FAULT_INJECTION): a small run is ended by
 // SIGKILL at each of its file-changing operations in turn (kvscope's own writes, fsyncs and renames
 // and every SQLite write, sync, truncate and delete, through a VFS hook), then resumed; each time the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The embedded default: the shipped demo model is the trained one its model card describes, and
 // `kvscope demo` runs the shipped experiment on it into a fresh ledger and prints the report.
 #include "experiments/ledger.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The malformed-input table: every kind of input kvscope reads, broken the ways users and tools break
 // them. Each case must end with a non-zero exit below 128 (no crash, no signal) and one line on stderr
 // that names the file (or flag) and the field, tensor or item at fault.

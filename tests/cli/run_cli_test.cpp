@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // `kvscope run / report / audit / ledger merge` end to end, including kill -9 and resume.
 #include "experiments/ledger.h"
 #include "support/test_support.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The KV cache as an instrument: constructions, fingerprints, save/load, diff, transplant, locator.
 #include "core/cache/cache_diff.h"
 #include "core/cache/cache_io.h"

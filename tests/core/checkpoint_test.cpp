@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Loading HF checkpoint directories: config.json semantics, shards, and the errors for bad ones.
 #include "core/model/checkpoint.h"
 #include "core/model/transformer.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The safetensors reader on good and deliberately broken files.
 #include "core/model/safetensors.h"
 #include "core/util/atomic_file.h"

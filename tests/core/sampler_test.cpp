@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Token choice: greedy tie-break, seeded sampling, and the per-step record.
 #include "core/decode/sampler.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Statistics against known values.
 #include "core/stats/stats.h"
 #include "core/util/error.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The byte-level BPE tokenizer: the real Qwen3 tokenizer.json against reference ids, and every
 // declared component either honoured or refused.
 #include "core/text/byte_level.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The demo model's task and trainer: the data is deterministic and its splits are disjoint, the
 // packed training forward equals running each sequence alone, and training is reproducible.
 #include "core/model/transformer.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The forward pass against an independent float64 reference, and its building blocks.
 #include "core/decode/generator.h"
 #include "core/model/transformer.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The experiment engine's pieces without running a model: experiment files, datasets, answer
 // extraction, the ledger, manifests and the report (golden output).
 #include "experiments/dataset.h"

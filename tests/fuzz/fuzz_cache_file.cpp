@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A saved KV cache (.safetensors with kvscope's sealed metadata): format, version, seal, shapes and
 // fingerprints are checked on load; the header-only dtype probe is fuzzed on the same bytes.
 #include "fuzz_support.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The parsers behind command-line values that name ids, layers, positions, K/V and shards. The
 // first byte picks the parser, the rest is the text, so one corpus covers them all.
 #include "fuzz_support.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // config.json as a checkpoint folder holds it, read by the loader's own entry point, then the
 // tensor list the model would expect from it (which multiplies the sizes it read).
 #include "fuzz_support.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A dataset (JSONL) through loadDataset, then answer extraction and matching on what it held.
 #include "fuzz_support.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // An experiment file (TOML) through ExperimentConfig::load, which validates every key and bound.
 #include "fuzz_support.h"
 

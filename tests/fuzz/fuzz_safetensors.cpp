@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A .safetensors file: the 8-byte length, the JSON header, the tensor table it describes and the
 // data behind it. Every tensor the header accepts is read back, stored and converted to float.
 #include "fuzz_support.h"

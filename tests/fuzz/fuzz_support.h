@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // What every fuzz harness shares: a private scratch folder (in /dev/shm where there is one, since
 // every input is written to a file and read back through the product's own file readers) and the

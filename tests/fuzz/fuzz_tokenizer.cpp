@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // tokenizer.json: loading builds the normaliser, pre-tokeniser regex, BPE ranks and added tokens;
 // encoding and decoding then run every component the file declared on a fixed mixed text and on
 // ids around the vocabulary's edges.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """kvscope against Hugging Face transformers on the same torch, bit for bit.
 
 For each checkpoint written by `kvscope make-test-model` (qwen2 with q/k/v bias, llama with llama3

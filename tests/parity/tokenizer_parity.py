@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """kvscope's tokenizer against Hugging Face `tokenizers` (the Rust library transformers uses).
 
 Two tokenizer.json files:

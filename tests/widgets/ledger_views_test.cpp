@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The ledger page's models and summary: every item model passes QAbstractItemModelTester, filters
 // keep what they promise, and the summary strip and histograms count the fixture ledger's run.
 #include "support/test_support.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // libtorch's headers (through runner.h and test_support.h) before the fixture's Qt headers.
 #include "experiments/experiment_config.h"
 #include "experiments/runner.h"

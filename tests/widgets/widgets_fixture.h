@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Shared by the widget test files: an event-loop wait and a ledger made by the real experiment engine.
 // libtorch's headers come before any Qt header (Qt's `slots` macro would rewrite identifiers in them).

