@@ -20,6 +20,12 @@ DiffColorMap::DiffColorMap(QWidget* parent) : QCustomPlot(parent) {
     scale_->setMarginGroup(QCP::msBottom | QCP::msTop, margins);
     xAxis->setLabel(tr("position"));
     setMinimumSize(320, 200);
+    emptyText_ = new QCPItemText(this);
+    emptyText_->position->setType(QCPItemPosition::ptAxisRectRatio);
+    emptyText_->position->setCoords(0.5, 0.5);
+    emptyText_->setPositionAlignment(Qt::AlignCenter);
+    emptyText_->setText(tr("Nothing to show yet."));
+    setGrid({}, {}, {}, false);
     connect(this, &QCustomPlot::mouseMove, this, &DiffColorMap::onMouseMove);
     connect(this, &QCustomPlot::mousePress, this, &DiffColorMap::onMousePress);
 }
@@ -56,6 +62,16 @@ void DiffColorMap::setGrid(HeatmapGrid grid, const QString& rowLabel, const QStr
     rowTicker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
     yAxis->setTicker(rowTicker);
     rescaleAxes();
+    const bool empty = grid_.rows == 0 || grid_.positions == 0;
+    for (QCPAxis* axis : {xAxis, yAxis}) axis->setVisible(!empty);
+    map_->setVisible(!empty);
+    scale_->setVisible(!empty);
+    emptyText_->setVisible(empty);
+    replot(rpQueuedReplot);
+}
+
+void DiffColorMap::setEmptyText(const QString& text) {
+    emptyText_->setText(text);
     replot(rpQueuedReplot);
 }
 

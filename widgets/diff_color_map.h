@@ -22,6 +22,11 @@ public:
     const HeatmapGrid& grid() const { return grid_; }
     const DisplayGrid& displayed() const { return display_; }
     QCPColorMap* colorMap() const { return map_; }
+    // With nothing to draw (no rows or no positions) the plot shows this sentence instead of an
+    // empty map with made-up axes.
+    void setEmptyText(const QString& text);
+    bool showsEmptyState() const { return emptyText_->visible(); }
+    QString emptyText() const { return emptyText_->text(); }
 
     struct Cell {
         int64_t row = 0, position = 0;
@@ -41,6 +46,7 @@ private:
 
     QCPColorMap* map_ = nullptr;
     QCPColorScale* scale_ = nullptr;
+    QCPItemText* emptyText_ = nullptr;
     HeatmapGrid grid_;
     DisplayGrid display_;
     QString rowLabel_, valueLabel_;

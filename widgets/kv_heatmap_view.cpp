@@ -41,6 +41,8 @@ void KvHeatmapView::setupControls() {
     summary_->setWordWrap(true);
     layout->addWidget(summary_);
     map_ = new DiffColorMap(this);
+    map_->setEmptyText(
+        tr("No comparison yet: select an item of a ledger, or run a session, to see where its caches differ."));
     layout->addWidget(map_, 1);
 
     map_->setCellDescriber([this](const DiffColorMap::Cell& c) { return describeCell(c.row, c.position); });
@@ -118,7 +120,8 @@ QWidget* KvHeatmapView::openHeadBreakdown(int64_t layer) {
     auto* dialog = new QDialog(this);
     dialog->setAttribute(Qt::WA_DeleteOnClose);
     dialog->setWindowTitle(
-        tr("Layer %1: heads x positions (%2, %3)")
+        tr("%1 - layer %2: KV heads x positions (%3 of %4)")
+            .arg(title_)
             .arg(layer)
             .arg(QString::fromLatin1(metricName(metric())), QString::fromLatin1(componentName(component()))));
     auto* layout = new QVBoxLayout(dialog);

@@ -28,6 +28,7 @@ public:
     void setComponent(KvComponent component);
     void setLogScale(bool on);
     DiffColorMap* map() const { return map_; }
+    const QString& title() const { return title_; }  // what the shown comparison is, e.g. "item 7: live vs prefill"
     const CacheDiff& diff() const { return diff_; }
 
     QString describeCell(int64_t layer, int64_t position) const;  // the hover text

@@ -98,6 +98,11 @@ TEST(HeatmapView, LargeGridsStayExactUnderTheMouse) {
     KvHeatmapView view;
     view.resize(1200, 700);
     view.show();
+    // Before any comparison: a sentence saying what to do, not an empty map with made-up axes.
+    EXPECT_TRUE(view.map()->showsEmptyState());
+    EXPECT_TRUE(view.map()->emptyText().startsWith(QStringLiteral("No comparison yet")))
+        << view.map()->emptyText().toStdString();
+    EXPECT_FALSE(view.map()->xAxis->visible());
     QElapsedTimer t;
     t.start();
     view.setDiff(d, QStringLiteral("big"));
@@ -105,6 +110,8 @@ TEST(HeatmapView, LargeGridsStayExactUnderTheMouse) {
     const qint64 ms = t.elapsed();
     EXPECT_LT(ms, 5000) << "64 x 8192 cells should render interactively";
     std::cout << "64 layers x 8192 positions: setDiff + draw in " << ms << " ms\n";
+    EXPECT_FALSE(view.map()->showsEmptyState());
+    EXPECT_TRUE(view.map()->xAxis->visible());
     EXPECT_EQ(view.map()->displayed().grid.positions, 2048);
     EXPECT_EQ(view.map()->grid().positions, 8192);
     EXPECT_DOUBLE_EQ(view.map()->grid().value(40, 5001), 2.0);
@@ -193,8 +200,16 @@ TEST_F(MainWindowTest, ShowsWhatTheLedgerSaysForTheSelectedItem) {
         EXPECT_DOUBLE_EQ(grid.value(l, p), want);
         EXPECT_NE(heatmap->describeCell(l, p).indexOf(QString::number(want, 'g', 5)), -1)
             << heatmap->describeCell(l, p).toStdString();
+        EXPECT_FALSE(heatmap->map()->showsEmptyState());
         QWidget* heads = heatmap->openHeadBreakdown(l);
         ASSERT_NE(heads, nullptr);
+        // The pop-up says what it shows: the comparison (item), the layer, the metric and K or V.
+        const QString title = heads->windowTitle();
+        EXPECT_TRUE(title.startsWith(heatmap->title()) && !heatmap->title().isEmpty()) << title.toStdString();
+        EXPECT_TRUE(title.contains(QStringLiteral("layer %1:").arg(l))) << title.toStdString();
+        EXPECT_TRUE(
+            title.contains(QStringLiteral("(%1 of K)").arg(QString::fromLatin1(metricName(DiffMetric::MaxAbs)))))
+            << title.toStdString();
         EXPECT_EQ(heads->findChild<DiffColorMap*>()->grid().rows, model.config().numKvHeads);
         heads->close();
 
