@@ -9,11 +9,13 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <filesystem>
 #include <regex>
 #include <tuple>
+#include <vector>
 
 namespace kvscope::experiments {
 namespace fs = std::filesystem;
@@ -252,12 +254,27 @@ void removeAbandonedStagingFolders(const fs::path& target) {
     }
 }
 
+// Moves every file of `from` into `to`, replacing same-named ones, config.json last (a folder without
+// it is "no model yet"), then removes `from` and any stray .partial in `to`.
+void moveFilesInto(const fs::path& from, const fs::path& to) {
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(from)) files.push_back(entry.path());
+    std::stable_partition(files.begin(), files.end(), [](const fs::path& f) { return f.filename() != "config.json"; });
+    for (const fs::path& file : files) {
+        fault::point("move of a generated model file into place");
+        fs::rename(file, to / file.filename());
+    }
+    fs::remove(from);
+    removePartialFiles(to.string());
+}
+
 }  // namespace
 
 // The shards of a job array (or two runs) may generate the same model at once: each writes its own
 // staging folder MODEL.PID.partial and renames it into place, and whoever comes second finds the
 // model there and drops its copy (the same spec gives the same bytes). A generator killed midway
-// leaves only its staging folder, removed by the next one.
+// leaves only its staging folder, removed by the next one. Where MODEL already holds other files
+// (a half model an earlier kvscope wrote in place, or the user's own), the files move in one by one.
 void ExperimentConfig::generateModelIfMissing() const {
     const fs::path target(modelDir);
     if (!generateModel || fs::exists(target / "config.json")) return;
@@ -281,14 +298,11 @@ void ExperimentConfig::generateModelIfMissing() const {
     fs::remove(target, ec);  // only an empty folder goes (say, one the user made for it)
     fault::point("rename of a generated model folder into place");
     fs::rename(staging, target, ec);
-    if (ec) {
-        fs::remove_all(staging);
-        if (!fs::exists(target / "config.json"))
-            throw ConfigError(
-                modelDir + ": cannot put the generated model there (" + ec.message() +
-                "); the folder is in the way but holds no config.json - remove it or choose another model.dir");
-        return;  // another process put the same model there first
+    if (ec && fs::exists(target / "config.json")) {
+        fs::remove_all(staging);  // another process put the same model there first
+        return;
     }
+    if (ec) moveFilesInto(staging, target);  // a folder with other files (or an older kvscope's half model)
     syncParentFolder(target.string());
 }
 

@@ -35,7 +35,7 @@ trap cleanup EXIT
 if ! pgrep -x munged >/dev/null; then
   [ -f /etc/munge/munge.key ] || $SUDO mungekey --create
   $SUDO mkdir -p /run/munge && $SUDO chown munge:munge /run/munge
-  $SUDO -u munge /usr/sbin/munged 2>/dev/null || $SUDO runuser -u munge -- /usr/sbin/munged
+  if [ "$(id -u)" -eq 0 ]; then runuser -u munge -- /usr/sbin/munged; else sudo -u munge /usr/sbin/munged; fi
 fi
 munge -n | unmunge >/dev/null || { echo "slurm-test: munge does not work" >&2; exit 1; }
 step "munge is up"
