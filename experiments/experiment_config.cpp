@@ -5,6 +5,7 @@
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/fault_injection.h"
+#include "core/util/file_names.h"
 #include "core/util/parse.h"
 
 #include <toml++/toml.h>
@@ -78,8 +79,14 @@ void requireOneOf(const std::string& file, const std::string& key, const std::st
     throw ConfigError(file + ": key '" + key + "' is '" + value + "' (expected one of " + list + ")");
 }
 
-std::string resolve(const fs::path& base, const std::string& p) {
-    return fs::weakly_canonical(fs::path(p).is_absolute() ? fs::path(p) : base / p).string();
+// An absolute path for `key`'s value, relative to the experiment file's folder. A name the file
+// system refuses (too long, say) is the file's error, not a crash.
+std::string resolve(const fs::path& base, const std::string& p, const std::string& file, const char* key) {
+    try {
+        return fs::weakly_canonical(fs::path(p).is_absolute() ? fs::path(p) : base / p).string();
+    } catch (const fs::filesystem_error& e) {
+        throw ConfigError(file + ": key '" + key + "' is not a usable path (" + e.code().message() + ")");
+    }
 }
 
 }  // namespace
@@ -93,7 +100,7 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
                           std::to_string(e.source().begin.line) + ")");
     }
     ExperimentConfig c;
-    c.sourcePath = fs::weakly_canonical(path).string();
+    c.sourcePath = fs::weakly_canonical(path).string();  // parse_file just read it: a usable name
     c.protocols = {allProtocols().begin(), allProtocols().end()};
     const fs::path base = fs::path(c.sourcePath).parent_path();
 
@@ -153,7 +160,7 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
                           {"intermediate_size", intermediate}};
     }
     if (c.modelDir.empty()) model.fail("dir", "is required");
-    c.modelDir = resolve(base, c.modelDir);
+    c.modelDir = resolve(base, c.modelDir, path, "model.dir");
     if (c.dtypes.empty()) model.fail("dtypes", "must name at least one dtype");
     for (const auto& d : c.dtypes) requireOneOf(path, "model.dtypes", d, {"fp32", "bf16", "fp16"});
 
@@ -162,7 +169,7 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
     data.read("chat_template", c.chatTemplate);
     data.rejectUnknown();
     if (c.datasetPath.empty()) data.fail("path", "is required");
-    c.datasetPath = resolve(base, c.datasetPath);
+    c.datasetPath = resolve(base, c.datasetPath, path, "dataset.path");
     requireOneOf(path, "dataset.chat_template", c.chatTemplate, {"plain", "chatml", "llama3"});
 
     Table gen(root["generation"].as_table(), "generation.", path);
@@ -277,7 +284,7 @@ void moveFilesInto(const fs::path& from, const fs::path& to) {
 // (a half model an earlier kvscope wrote in place, or the user's own), the files move in one by one.
 void ExperimentConfig::generateModelIfMissing() const {
     const fs::path target(modelDir);
-    if (!generateModel || fs::exists(target / "config.json")) return;
+    if (!generateModel || pathExists(target / "config.json")) return;
     RandomCheckpointSpec spec;
     const std::string arch = generateSpec["arch"];
     spec.architecture = arch == "llama"   ? Architecture::Llama
@@ -298,7 +305,7 @@ void ExperimentConfig::generateModelIfMissing() const {
     fs::remove(target, ec);  // only an empty folder goes (say, one the user made for it)
     fault::point("rename of a generated model folder into place");
     fs::rename(staging, target, ec);
-    if (ec && fs::exists(target / "config.json")) {
+    if (ec && pathExists(target / "config.json")) {
         fs::remove_all(staging);  // another process put the same model there first
         return;
     }

@@ -4,6 +4,7 @@
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/fault_injection.h"
+#include "core/util/file_names.h"
 
 #include <fcntl.h>
 #include <sqlite3.h>
@@ -348,7 +349,7 @@ std::vector<RunInfo> mergeLedgers(const std::string& outPath, const std::vector<
     std::error_code ignored;
     // SQLite would replay a stale OUT.partial-wal onto the new OUT.partial: all of it goes.
     for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(partial + suffix, ignored);
-    if (fs::exists(outPath)) {
+    if (pathExists(outPath)) {
         Ledger(outPath, LedgerAccess::ReadOnly);  // refuses a file that is not a ledger before writing to it
         // A writer's connection: closing it checkpoints OUT's WAL and deletes OUT-wal, which would
         // otherwise be replayed onto the file renamed over OUT.

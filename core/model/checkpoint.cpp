@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "core/model/checkpoint.h"
+#include "core/util/file_names.h"
 
 #include "core/util/error.h"
 
@@ -78,7 +79,7 @@ Checkpoint Checkpoint::open(const std::string& dir) {
     const fs::path index = fs::path(dir) / "model.safetensors.index.json";
     std::vector<std::string> shardNames;
     std::map<std::string, std::string> weightMap;  // tensor -> shard file name
-    if (fs::exists(index)) {
+    if (pathExists(index)) {
         auto j = readIndex(index.string());
         std::set<std::string> seen;
         for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
@@ -90,7 +91,7 @@ Checkpoint Checkpoint::open(const std::string& dir) {
             weightMap[it.key()] = shard;
             if (seen.insert(shard).second) shardNames.push_back(shard);
         }
-    } else if (fs::exists(single)) {
+    } else if (pathExists(single)) {
         shardNames.push_back("model.safetensors");
     } else {
         throw FormatError(dir + ": no model.safetensors or model.safetensors.index.json found");

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "core/model/config.h"
+#include "core/util/file_names.h"
 
 #include "core/util/error.h"
 #include "core/util/limits.h"
@@ -180,11 +181,11 @@ ModelConfig ModelConfig::fromJson(const json& j, const std::string& source) {
 ModelConfig ModelConfig::load(const std::string& dir) {
     namespace fs = std::filesystem;
     const std::string configPath = (fs::path(dir) / "config.json").string();
-    if (!fs::exists(configPath))
+    if (!pathExists(configPath))
         throw ConfigError(configPath + ": not found (is '" + dir + "' a Hugging Face model directory?)");
     ModelConfig c = fromJson(readJsonFile(configPath), configPath);
     const std::string genPath = (fs::path(dir) / "generation_config.json").string();
-    if (fs::exists(genPath)) {
+    if (pathExists(genPath)) {
         json g = readJsonFile(genPath);
         if (!g.is_object()) throw ConfigError(genPath + ": expected a JSON object");
         for (int64_t id : Fields(g, genPath).idList("eos_token_id"))

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "core/util/file_names.h"
 
+#include "core/util/error.h"
 #include "core/util/hash.h"
 
 #include <cstdint>
@@ -26,6 +27,13 @@ std::string fileNameComponent(const std::string& text) {
     char suffix[24];
     std::snprintf(suffix, sizeof suffix, "-%08llx", static_cast<unsigned long long>(hashText(text) & 0xffffffffull));
     return name + suffix;
+}
+
+bool pathExists(const std::filesystem::path& path) {
+    std::error_code ec;
+    const bool exists = std::filesystem::exists(path, ec);
+    if (ec) throw FormatError(path.string() + ": cannot be looked up (" + ec.message() + ")");
+    return exists;
 }
 
 }  // namespace kvscope

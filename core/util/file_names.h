@@ -4,10 +4,15 @@
 // path separator, "..", a leading dot or a control character in the data can never reach outside the
 // folder it is written into. A name that had to change gets a hash of the original appended, so two
 // ids that sanitise alike still give two files.
+#include <filesystem>
 #include <string>
 
 namespace kvscope {
 
 std::string fileNameComponent(const std::string& text);
+
+// std::filesystem::exists without its filesystem_error: a name the system refuses (too long, a
+// component that is a file) is a FormatError naming the path.
+bool pathExists(const std::filesystem::path& path);
 
 }  // namespace kvscope

@@ -322,6 +322,10 @@ std::vector<MalformedCase> cases() {
         {"ExperimentUnknownProtocol",
          experimentWith("run = [\"matched\"]", "run = [\"magic\"]"),
          {"exp.toml", "magic"}},
+        // found by fuzz_experiment_toml: a name the file system refuses ended in std::filesystem_error
+        {"ExperimentDatasetPathTooLong",
+         experimentWith("path = \"data.jsonl\"", "path = \"" + std::string(5000, 'd') + "\""),
+         {"exp.toml", "dataset.path", "not a usable path"}},
         {"ExperimentMissingDataset", experimentWith("path = \"data.jsonl\"", "path = \"none.jsonl\""), {"none.jsonl"}},
         // dataset JSONL
         {"DatasetLineNotJson", experimentWith("", "", "{\"id\": \"a\", \"prompt\": \n"), {"data.jsonl:1", "JSON"}},
