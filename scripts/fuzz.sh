@@ -3,8 +3,9 @@
 # Builds the libFuzzer harnesses (tests/fuzz: clang, ASan + UBSan, the fuzz preset) and runs them.
 #   scripts/fuzz.sh check [RUNS]             every harness over its committed seed corpus and
 #                                            regression inputs, then RUNS (default 50000) mutations
-#                                            from a fixed seed: the same inputs on every machine, so a
-#                                            check that passed here cannot fail elsewhere by chance
+#                                            from seed 1: a fixed amount of fuzzing whatever the
+#                                            machine's speed (not bit-identical runs: coverage
+#                                            feedback varies with the scratch path and thread timing)
 #   scripts/fuzz.sh campaign RUNS [NAME...]  RUNS executions per harness (default: all harnesses),
 #                                            one after another; corpus and logs in build/fuzz/campaign
 # Any crash, sanitizer report, leak, timeout (10 s per input) or allocation over 2 GB fails the
