@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <regex>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 namespace kvscope::experiments {
@@ -39,6 +40,10 @@ public:
     void read(const char* key, T& out) {
         used_.insert(key);
         if (!t_ || !t_->contains(key)) return;
+        // toml++ converts a float to an integer type with a plain cast: 1e85 is undefined behaviour
+        // and 2.5 would become 2. An integer key takes only TOML integers.
+        if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+            if (!(*t_)[key].is_integer()) fail(key, "must be an integer");
         auto v = (*t_)[key].value<T>();
         if (!v) fail(key, "has the wrong type");
         out = *v;

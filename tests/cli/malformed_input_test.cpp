@@ -323,6 +323,10 @@ std::vector<MalformedCase> cases() {
          experimentWith("run = [\"matched\"]", "run = [\"magic\"]"),
          {"exp.toml", "magic"}},
         // found by fuzz_experiment_toml: a name the file system refuses ended in std::filesystem_error
+        // found by fuzz_experiment_toml: toml++ cast a float to an integer key (1.2e85: undefined behaviour)
+        {"ExperimentFloatForAnInteger",
+         experimentWith("max_new_tokens = 4", "max_new_tokens = 1.2e85"),
+         {"exp.toml", "generation.max_new_tokens", "integer"}},
         {"ExperimentDatasetPathTooLong",
          experimentWith("path = \"data.jsonl\"", "path = \"" + std::string(5000, 'd') + "\""),
          {"exp.toml", "dataset.path", "not a usable path"}},
