@@ -107,6 +107,13 @@ TEST(Dataset, ReadsPromptsMessagesAndPrefixIds) {
 TEST(Answers, ExtractionAndMatching) {
     EXPECT_EQ(extractAnswer("Step 1: 12+3=15. Answer: 47", "last_number"), "47");
     EXPECT_EQ(extractAnswer("no digits", "last_number"), std::nullopt);
+    EXPECT_EQ(extractAnswer("x -5 y", "last_number"), "-5");
+    EXPECT_EQ(extractAnswer("--5", "last_number"), "-5");
+    EXPECT_EQ(extractAnswer("1.2.3", "last_number"), "3");
+    EXPECT_EQ(extractAnswer("is 3.", "last_number"), "3");
+    EXPECT_EQ(extractAnswer("a 2.50 b", "last_number"), "2.50");
+    // A 200,000-digit run overflowed std::regex's recursive matcher (fuzz_dataset_jsonl).
+    EXPECT_EQ(extractAnswer("n=" + std::string(200000, '7') + " end", "last_number")->size(), 200000u);
     EXPECT_EQ(extractAnswer("so \\boxed{\\frac{1}{2}} done", "boxed"), "\\frac{1}{2}");
     EXPECT_EQ(extractAnswer("Answer: 3\nAnswer: 9", "regex", "Answer: (\\d+)"), "9");
     EXPECT_TRUE(answersMatch("47.0", "47"));
