@@ -25,7 +25,7 @@ using test::runCli;
 using test::shellQuote;
 
 // Two items, a generated two-layer model (written by the run itself, so its writes are walked
-// too), two protocols and kept caches: every kind of write a run does, in ~130 fault points.
+// too), two protocols and kept caches: every kind of write a run does, in ~150 fault points.
 void writeSmallExperiment(const test::TempDir& dir) {
     test::writeTextFile(dir.file("items.jsonl"),
                         "{\"id\": \"a\", \"prompt\": \"Q: what is 51 + 29?\\nStep 1:\", \"answer\": \"80\"}\n"
@@ -166,10 +166,9 @@ TEST(CrashSafety, AMergeKilledAtAnyWriteLeavesItsOutputAsItWas) {
     const auto before = ledgerItems(dir.file("out.db"));
     ASSERT_EQ(before.size(), 1u);  // item a
 
-    long long faultPoints = 0;
     fs::copy_file(dir.file("out.db"), dir.file("start.db"));
     ASSERT_EQ(runCli(merge, "KVSCOPE_FAULT_COUNT=" + shellQuote(dir.file("fault-points"))).exitCode, 0);
-    faultPoints = std::stoll(test::readTextFile(dir.file("fault-points")));
+    const long long faultPoints = std::stoll(test::readTextFile(dir.file("fault-points")));
     const auto merged = ledgerItems(dir.file("out.db"));
     ASSERT_EQ(merged.size(), 2u);
     ASSERT_GE(faultPoints, 5);
