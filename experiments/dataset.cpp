@@ -2,13 +2,13 @@
 #include "experiments/dataset.h"
 #include "core/util/json_ids.h"
 
+#include "core/text/regex.h"
 #include "core/util/error.h"
 
 #include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <cctype>
-#include <regex>
 #include <set>
 
 namespace kvscope::experiments {
@@ -91,11 +91,7 @@ std::optional<std::string> extractAnswer(const std::string& text, const std::str
         }
         return std::nullopt;
     }
-    const std::regex re(pattern);
-    std::optional<std::string> last;
-    for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator(); ++it)
-        last = it->size() > 1 ? (*it)[1].str() : it->str();
-    return last;
+    return Regex(pattern, false, RegexRole::Answer).lastMatch(text);
 }
 
 bool answersMatch(const std::string& extracted, const std::string& gold) {

@@ -2,6 +2,7 @@
 #include "experiments/experiment_config.h"
 
 #include "core/model/random_checkpoint.h"
+#include "core/text/regex.h"
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/fault_injection.h"
@@ -14,7 +15,6 @@
 #include <cerrno>
 #include <csignal>
 #include <filesystem>
-#include <regex>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -215,8 +215,8 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
         answer.fail("regex", "is required when extract = \"regex\"");
     if (c.answerExtract == "regex") {  // found now, not after a model has generated every item
         try {
-            const std::regex compiled(c.answerRegex);
-        } catch (const std::regex_error& e) {
+            const Regex compiled(c.answerRegex, false, RegexRole::Answer);
+        } catch (const FormatError& e) {
             answer.fail("regex", "is not a valid regular expression (" + std::string(e.what()) + ")");
         }
     }

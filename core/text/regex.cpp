@@ -15,18 +15,59 @@ struct Regex::Code {
     }
 };
 
-Regex::Regex(const std::string& pattern, bool literal) : code_(std::make_unique<Code>()) {
+namespace {
+
+std::string pcre2Message(int error) {
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(error, message, sizeof message);
+    return reinterpret_cast<char*>(message);
+}
+
+bool isUtf8Error(int rc) { return rc <= PCRE2_ERROR_UTF8_ERR1 && rc >= PCRE2_ERROR_UTF8_ERR21; }
+
+// Calls visit(begin, end, ovector, captures) for each non-overlapping non-empty match, left to right.
+// An empty match advances by one whole UTF-8 character, as HF's splitters do.
+template <typename Visit>
+void visitMatches(const pcre2_code* code, const std::string& text, const std::string& description, Visit visit) {
+    pcre2_match_data* match = pcre2_match_data_create_from_pattern(code, nullptr);
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+    std::size_t at = 0;
+    while (at <= text.size()) {
+        const int rc = pcre2_match(code, subject, text.size(), at, 0, match, nullptr);
+        if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc < 0) {
+            pcre2_match_data_free(match);
+            if (isUtf8Error(rc)) throw UsageError("input text is not valid UTF-8 (" + pcre2Message(rc) + ")");
+            throw FormatError(description + " gave up on a text of " + std::to_string(text.size()) +
+                              " bytes: " + pcre2Message(rc));
+        }
+        const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(match);
+        const std::size_t begin = ov[0], end = ov[1];
+        if (end == begin) {
+            at = begin + 1;
+            while (at < text.size() && (static_cast<unsigned char>(text[at]) & 0xC0) == 0x80) ++at;
+            continue;
+        }
+        visit(begin, end, ov, rc);
+        at = end;
+    }
+    pcre2_match_data_free(match);
+}
+
+}  // namespace
+
+Regex::Regex(const std::string& pattern, bool literal, RegexRole role)
+    : code_(std::make_unique<Code>()),
+      description_((role == RegexRole::Answer ? "answer regex '" : "pre-tokenizer regex '") + pattern + "'") {
     int error = 0;
     PCRE2_SIZE offset = 0;
     uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    if (role == RegexRole::Answer) options |= PCRE2_MATCH_INVALID_UTF;
     code_->code =
         pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error, &offset, nullptr);
-    if (!code_->code) {
-        PCRE2_UCHAR message[256];
-        pcre2_get_error_message(error, message, sizeof message);
-        throw FormatError("pre-tokenizer regex '" + pattern + "' does not compile at offset " + std::to_string(offset) +
-                          ": " + reinterpret_cast<char*>(message));
-    }
+    if (!code_->code)
+        throw FormatError(description_ + " does not compile at offset " + std::to_string(offset) + ": " +
+                          pcre2Message(error));
     pcre2_jit_compile(code_->code, PCRE2_JIT_COMPLETE);  // optional speed-up; falls back silently
 }
 
@@ -34,30 +75,26 @@ Regex::~Regex() = default;
 
 std::vector<std::string> Regex::split(const std::string& text, bool removeMatches) const {
     std::vector<std::string> pieces;
-    pcre2_match_data* match = pcre2_match_data_create_from_pattern(code_->code, nullptr);
-    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-    std::size_t gapStart = 0, at = 0;
-    while (at <= text.size()) {
-        const int rc = pcre2_match(code_->code, subject, text.size(), at, 0, match, nullptr);
-        if (rc == PCRE2_ERROR_NOMATCH) break;
-        if (rc < 0) {
-            pcre2_match_data_free(match);
-            throw UsageError("input text is not valid UTF-8 (regex error " + std::to_string(rc) + ")");
-        }
-        const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(match);
-        const std::size_t begin = ov[0], end = ov[1];
-        if (end == begin) {  // empty match: step over one whole UTF-8 character
-            at = begin + 1;
-            while (at < text.size() && (static_cast<unsigned char>(text[at]) & 0xC0) == 0x80) ++at;
-            continue;
-        }
+    std::size_t gapStart = 0;
+    visitMatches(code_->code, text, description_, [&](std::size_t begin, std::size_t end, const PCRE2_SIZE*, int) {
         if (begin > gapStart) pieces.push_back(text.substr(gapStart, begin - gapStart));
         if (!removeMatches) pieces.push_back(text.substr(begin, end - begin));
-        gapStart = at = end;
-    }
-    pcre2_match_data_free(match);
+        gapStart = end;
+    });
     if (gapStart < text.size()) pieces.push_back(text.substr(gapStart));
     return pieces;
+}
+
+std::optional<std::string> Regex::lastMatch(const std::string& text) const {
+    uint32_t groups = 0;
+    pcre2_pattern_info(code_->code, PCRE2_INFO_CAPTURECOUNT, &groups);
+    std::optional<std::string> last;
+    visitMatches(code_->code, text, description_, [&](std::size_t begin, std::size_t end, const PCRE2_SIZE* ov, int set) {
+        if (groups == 0) last = text.substr(begin, end - begin);
+        else if (set > 1 && ov[2] != PCRE2_UNSET) last = text.substr(ov[2], ov[3] - ov[2]);
+        else last = std::string();  // group 1 took no part in this match
+    });
+    return last;
 }
 
 }  // namespace kvscope

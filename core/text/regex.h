@@ -1,16 +1,23 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 // A compiled PCRE2 pattern in Unicode mode (UTF + UCP, so \s \p{L} \p{N} mean what HF's Oniguruma
-// patterns mean), JIT-compiled when available.
+// patterns mean), JIT-compiled when available. PCRE2 rather than std::regex everywhere: libstdc++'s
+// matcher recurses once per repeated character and overflows the stack on long texts.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace kvscope {
 
+// What a pattern is for: named in its errors, and an answer pattern must cope with model output
+// that is not valid UTF-8 (a byte-level token can end mid-character), where a tokenizer's refuses it.
+enum class RegexRole { PreTokenizer, Answer };
+
 class Regex {
 public:
-    Regex(const std::string& pattern, bool literal);  // throws FormatError naming the pattern
+    // Throws FormatError naming the role, the pattern and where it fails to compile.
+    Regex(const std::string& pattern, bool literal, RegexRole role = RegexRole::PreTokenizer);
     ~Regex();
     Regex(const Regex&) = delete;
     Regex& operator=(const Regex&) = delete;
@@ -19,9 +26,14 @@ public:
     // removeMatches the matches are dropped ("Removed"). Empty pieces are never produced.
     std::vector<std::string> split(const std::string& text, bool removeMatches) const;
 
+    // The last non-overlapping match in `text`: its first capture group if the pattern has one,
+    // else the whole match. Throws FormatError if PCRE2 gives up (its match or depth limit).
+    std::optional<std::string> lastMatch(const std::string& text) const;
+
 private:
     struct Code;
     std::unique_ptr<Code> code_;
+    std::string description_;  // "answer regex '...'", for errors
 };
 
 }  // namespace kvscope

@@ -116,6 +116,14 @@ TEST(Answers, ExtractionAndMatching) {
     EXPECT_EQ(extractAnswer("n=" + std::string(200000, '7') + " end", "last_number")->size(), 200000u);
     EXPECT_EQ(extractAnswer("so \\boxed{\\frac{1}{2}} done", "boxed"), "\\frac{1}{2}");
     EXPECT_EQ(extractAnswer("Answer: 3\nAnswer: 9", "regex", "Answer: (\\d+)"), "9");
+    EXPECT_EQ(extractAnswer("Answer: 3\nAnswer: 9", "regex", "Answer: \\d+"), "Answer: 9");  // no group: whole match
+    EXPECT_EQ(extractAnswer("x=4 x=", "regex", "x=(\\d)?"), "");  // the group took no part in the last match
+    EXPECT_EQ(extractAnswer("none here", "regex", "Answer: (\\d+)"), std::nullopt);
+    // Answer patterns ran on std::regex, whose recursive matcher overflows the stack on long repeats.
+    EXPECT_EQ(extractAnswer("Answer: " + std::string(200000, '7'), "regex", "Answer: *([0-9]+)")->size(), 200000u);
+    // Model output can end mid-character (a byte-level token): still searched, not refused.
+    EXPECT_EQ(extractAnswer("Answer: 12 \xE4\xB8", "regex", "Answer: *([0-9]+)"), "12");
+    EXPECT_EQ(extractAnswer("\xC3\xA9t\xC3\xA9 = 5", "regex", "\\p{L}+"), "\xC3\xA9t\xC3\xA9");  // Unicode classes
     EXPECT_TRUE(answersMatch("47.0", "47"));
     EXPECT_TRUE(answersMatch(" x ", "x"));
     EXPECT_FALSE(answersMatch("46", "47"));
