@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+// Batch-invariant CPU kernels (`--kernels invariant`): every output element is reduced in one fixed
+// order that depends only on the reduction length, never on how many rows, queries or threads share
+// the call. So a prefill of N tokens, N decode steps, and any chunking in between give the same bits.
+//
+// The order, for a reduction of length n (a dot product over the input features, or over a head's
+// features for attention scores): 16 fp32 lanes, lane j accumulating the products of elements
+// j, j+16, j+32, ... with fused multiply-adds, the input zero-padded to a multiple of 16; then the
+// lanes summed as a fixed tree, l[j]+l[j+8], then +4, +2, +1. Softmax statistics and the weighted sum
+// of values are reduced over keys 0, 1, 2, ... in order. Work is split between threads only along
+// outputs (features, rows, query heads), never along a reduction.
+//
+// The same order is implemented three times, from one template (invariant_impl.h): a scalar reference
+// (std::fma on a 16-float array), AVX2+FMA (two 8-lane registers) and AVX-512F (one 16-lane
+// register). Tests hold them equal bit for bit. No AVX-512 BF16 dot-product instruction is used:
+// VDPBF16PS rounds its pairwise sums in another order (and flushes denormals), which would make bits
+// depend on the CPU; bf16 weights are widened to fp32 instead, exactly.
+//
+// Raw pointers, no libtorch: invariant_ops.h adapts tensors and threads.
+#include <cstdint>
+
+namespace kvscope::kernels {
+
+enum class Isa { Scalar, Avx2, Avx512 };
+Isa bestIsa();                 // the widest path this CPU and this build can run
+const char* isaName(Isa isa);  // "scalar", "avx2", "avx512"
+
+// y[r * yStride + o] = dot(x[r], w[o]) for rows [0, rows) and outputs [o0, o1). x: [rows, in] fp32;
+// w: [out, in] fp32, or bf16 as raw uint16 bits.
+void linear(Isa isa, const float* x, int64_t rows, int64_t in, const float* w, float* y, int64_t yStride,
+            int64_t o0, int64_t o1);
+void linear(Isa isa, const float* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride,
+            int64_t o0, int64_t o1);
+
+// Causal attention over a KV cache, for the (query row, head) pairs [begin, end) of
+// [S rows x Q heads], pair index = row * Q + head.
+// q:   [S, Q, D] fp32 (after RoPE)     keys, values: [KV, *, D], head h of KV at + h * headStride
+// out: [S, Q, D] fp32                  query row s sits at position start + s and sees keys [0, start + s]
+template <typename Element>
+struct AttentionArgs {
+    const float* q = nullptr;
+    const Element* keys = nullptr;
+    const Element* values = nullptr;
+    int64_t headStride = 0;
+    float* out = nullptr;
+    int64_t S = 0, start = 0, Q = 0, KV = 0, D = 0;
+    float scale = 1;  // D^-0.5
+};
+// scores: scratch for start + S floats (one per key), owned by the calling thread.
+void attention(Isa isa, const AttentionArgs<float>& args, int64_t begin, int64_t end, float* scores);
+void attention(Isa isa, const AttentionArgs<uint16_t>& args, int64_t begin, int64_t end, float* scores);
+
+// sum_i x[i]^2 in the fixed order above (RMSNorm's statistic).
+float sumOfSquares(Isa isa, const float* x, int64_t n);
+
+}  // namespace kvscope::kernels

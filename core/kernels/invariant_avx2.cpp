@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: MIT
+// The fixed order on AVX2 + FMA: 16 lanes as two 8-float registers (lanes 0-7 and 8-15), so the
+// tree's first step is one add of the two. Compiled with -mavx2 -mfma; called only when the CPU
+// has both (invariant_dispatch.cpp).
+#include "core/kernels/invariant_impl.h"
+
+#include <immintrin.h>
+
+namespace kvscope::kernels {
+namespace {
+
+struct Avx2Vec {
+    // 16 registers: a decode row against 4 weight rows holds 8 accumulators + 2 x + 2 w halves.
+    static constexpr int kRows = 2, kCols = 3, kDecodeCols = 4;
+    __m256 lo, hi;
+
+    static Avx2Vec zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+    static Avx2Vec broadcast(float value) { return {_mm256_set1_ps(value), _mm256_set1_ps(value)}; }
+    static Avx2Vec load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+    static __m256 widen(const uint16_t* bf16) {
+        const __m256i halves = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bf16)));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(halves, 16));
+    }
+    static Avx2Vec load(const uint16_t* bf16) { return {widen(bf16), widen(bf16 + 8)}; }
+    static Avx2Vec fma(const Avx2Vec& a, const Avx2Vec& b, const Avx2Vec& acc) {
+        return {_mm256_fmadd_ps(a.lo, b.lo, acc.lo), _mm256_fmadd_ps(a.hi, b.hi, acc.hi)};
+    }
+    float sum() const {
+        const __m256 s8 = _mm256_add_ps(lo, hi);                                                // l[j] + l[j+8]
+        const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));  // + 4
+        const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));                               // + 2
+        return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));                      // + 1
+    }
+    void store(float* p) const {
+        _mm256_storeu_ps(p, lo);
+        _mm256_storeu_ps(p + 8, hi);
+    }
+};
+
+}  // namespace
+
+namespace avx2 {
+void linear(const float* x, int64_t rows, int64_t in, const float* w, float* y, int64_t yStride, int64_t o0,
+            int64_t o1) {
+    impl::linear<Avx2Vec>(x, rows, in, w, y, yStride, o0, o1);
+}
+void linear(const float* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0,
+            int64_t o1) {
+    impl::linear<Avx2Vec>(x, rows, in, w, y, yStride, o0, o1);
+}
+void attention(const AttentionArgs<float>& a, int64_t begin, int64_t end, float* scores) {
+    impl::attention<Avx2Vec>(a, begin, end, scores);
+}
+void attention(const AttentionArgs<uint16_t>& a, int64_t begin, int64_t end, float* scores) {
+    impl::attention<Avx2Vec>(a, begin, end, scores);
+}
+float sumOfSquares(const float* x, int64_t n) { return impl::sumOfSquares<Avx2Vec>(x, n); }
+}  // namespace avx2
+
+}  // namespace kvscope::kernels

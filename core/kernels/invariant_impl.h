@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+// The batch-invariant kernels written once, over a 16-lane vector type V that each instruction-set
+// file supplies (invariant_scalar.cpp, invariant_avx2.cpp, invariant_avx512.cpp). V provides:
+//   V::zero(), V::load(const float*), V::load(const uint16_t* bf16), V::broadcast(float),
+//   V::fma(a, b, acc) = a*b + acc rounded once, v.sum() = the fixed lane tree, v.store(float*),
+//   V::kRows x V::kCols: the tile of (rows x outputs) accumulators that fits its registers.
+// Included only by those files, each compiled for its instruction set. Everything here has internal
+// linkage (the anonymous namespace) and calls no inline function of the standard library: an inline
+// function instantiated in the AVX-512 file is a weak symbol the linker may pick for the whole
+// program, and would then run AVX-512 code on a CPU without it.
+#include "core/kernels/invariant.h"
+
+#include <math.h>    // expf: a libm call, not an inline wrapper
+#include <string.h>  // memcpy
+
+namespace kvscope::kernels::impl {
+namespace {
+
+constexpr int64_t kLanes = 16;
+
+inline int64_t smaller(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// A partial chunk of the reduction, zero-padded to 16 lanes (the order pads every reduction so).
+template <typename V, typename Element>
+V loadPadded(const Element* p, int64_t n) {
+    Element buffer[kLanes] = {};
+    memcpy(buffer, p, static_cast<size_t>(n) * sizeof(Element));
+    return V::load(buffer);
+}
+
+// out[r * C + c] = dot(x[r], w[c]) over n elements, R x C dot products sharing each load.
+template <typename V, int R, int C, typename Element>
+void dotTile(const float* const* x, const Element* const* w, int64_t n, float* out) {
+    V acc[R][C];
+    for (auto& row : acc)
+        for (auto& a : row) a = V::zero();
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+        V wv[C];
+        for (int c = 0; c < C; ++c) wv[c] = V::load(w[c] + i);
+        for (int r = 0; r < R; ++r) {
+            const V xv = V::load(x[r] + i);
+            for (int c = 0; c < C; ++c) acc[r][c] = V::fma(xv, wv[c], acc[r][c]);
+        }
+    }
+    if (i < n) {
+        V wv[C];
+        for (int c = 0; c < C; ++c) wv[c] = loadPadded<V>(w[c] + i, n - i);
+        for (int r = 0; r < R; ++r) {
+            const V xv = loadPadded<V>(x[r] + i, n - i);
+            for (int c = 0; c < C; ++c) acc[r][c] = V::fma(xv, wv[c], acc[r][c]);
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) out[r * C + c] = acc[r][c].sum();
+}
+
+// Rows are taken in blocks that stay in L2 while every output tile of [o0, o1) passes over them, so
+// the weights are streamed rows/kRowBlock times. A tile past the last row or output repeats the last
+// one (and discards it): each element's order stays the same whatever tile it lands in.
+template <typename V, int R, int C, typename Element>
+void linearTiles(const float* x, int64_t rows, int64_t in, const Element* w, float* y, int64_t yStride, int64_t o0,
+                 int64_t o1) {
+    constexpr int64_t kRowBlock = 64;
+    for (int64_t rb = 0; rb < rows; rb += kRowBlock) {
+        const int64_t rowEnd = smaller(rows, rb + kRowBlock);
+        for (int64_t o = o0; o < o1; o += C) {
+            const Element* wp[C];
+            for (int c = 0; c < C; ++c) wp[c] = w + smaller(o + c, o1 - 1) * in;
+            for (int64_t r = rb; r < rowEnd; r += R) {
+                const float* xp[R];
+                for (int k = 0; k < R; ++k) xp[k] = x + smaller(r + k, rowEnd - 1) * in;
+                float tile[R * C];
+                dotTile<V, R, C>(xp, wp, in, tile);
+                for (int k = 0; k < R && r + k < rowEnd; ++k)
+                    for (int c = 0; c < C && o + c < o1; ++c) y[(r + k) * yStride + o + c] = tile[k * C + c];
+            }
+        }
+    }
+}
+
+template <typename V, typename Element>
+void linear(const float* x, int64_t rows, int64_t in, const Element* w, float* y, int64_t yStride, int64_t o0,
+            int64_t o1) {
+    if (rows >= V::kRows) linearTiles<V, V::kRows, V::kCols>(x, rows, in, w, y, yStride, o0, o1);
+    else linearTiles<V, 1, V::kDecodeCols>(x, rows, in, w, y, yStride, o0, o1);  // a decode step's one row
+}
+
+// One (query row, head) pair: scores over keys 0..p, softmax (max, then exp and sum in key order),
+// then the weighted sum of values accumulated per feature in key order and divided by the sum.
+template <typename V, typename Element>
+void attentionOne(const AttentionArgs<Element>& a, int64_t s, int64_t h, float* scores) {
+    const int64_t D = a.D, n = a.start + s + 1, kvHead = h / (a.Q / a.KV);
+    const float* q = a.q + (s * a.Q + h) * D;
+    const Element* keys = a.keys + kvHead * a.headStride;
+    const Element* values = a.values + kvHead * a.headStride;
+
+    constexpr int kKeys = 4;  // keys per tile: four independent accumulators
+    for (int64_t t = 0; t < n; t += kKeys) {
+        const Element* kp[kKeys];
+        for (int c = 0; c < kKeys; ++c) kp[c] = keys + smaller(t + c, n - 1) * D;
+        float tile[kKeys];
+        dotTile<V, 1, kKeys>(&q, kp, D, tile);
+        for (int c = 0; c < kKeys && t + c < n; ++c) scores[t + c] = tile[c] * a.scale;
+    }
+    float highest = scores[0];
+    for (int64_t t = 1; t < n; ++t) highest = scores[t] > highest ? scores[t] : highest;
+    float total = 0;
+    for (int64_t t = 0; t < n; ++t) {
+        scores[t] = expf(scores[t] - highest);
+        total += scores[t];
+    }
+
+    float* out = a.out + (s * a.Q + h) * D;
+    for (int64_t d = 0; d < D; d += kLanes) {
+        const int64_t width = smaller(kLanes, D - d);
+        V acc = V::zero();
+        for (int64_t t = 0; t < n; ++t) {
+            const Element* v = values + t * D + d;
+            acc = V::fma(V::broadcast(scores[t]), width == kLanes ? V::load(v) : loadPadded<V>(v, width), acc);
+        }
+        float lanes[kLanes];
+        acc.store(lanes);
+        for (int64_t j = 0; j < width; ++j) out[d + j] = lanes[j] / total;
+    }
+}
+
+template <typename V, typename Element>
+void attention(const AttentionArgs<Element>& a, int64_t begin, int64_t end, float* scores) {
+    for (int64_t pair = begin; pair < end; ++pair) attentionOne<V>(a, pair / a.Q, pair % a.Q, scores);
+}
+
+template <typename V>
+float sumOfSquares(const float* x, int64_t n) {
+    float out = 0;
+    dotTile<V, 1, 1>(&x, &x, n, &out);
+    return out;
+}
+
+}  // namespace
+}  // namespace kvscope::kernels::impl

@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: MIT
+#include "core/kernels/invariant_ops.h"
+
+#include "core/util/error.h"
+
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <vector>
+
+namespace kvscope::kernels {
+namespace {
+
+torch::Tensor asFloat(const torch::Tensor& t) { return t.to(torch::kFloat32).contiguous(); }
+
+void requireCpuFloat(const torch::Tensor& t, const char* what) {
+    if (!t.device().is_cpu() || (t.scalar_type() != torch::kFloat32 && t.scalar_type() != torch::kBFloat16))
+        throw UsageError(std::string("--kernels invariant: ") + what + " must be an fp32 or bf16 CPU tensor (got " +
+                         c10::toString(t.scalar_type()) + " on " + t.device().str() + ")");
+}
+
+// Splits [0, n) between libtorch's intra-op threads (bounded by --threads) in blocks of `grain`.
+template <typename Work>
+void parallel(int64_t n, int64_t grain, const Work& work) {
+    at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) { work(begin, end); });
+}
+
+}  // namespace
+
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                     torch::ScalarType outType, Isa isa) {
+    requireCpuFloat(x, "a linear layer's input");
+    requireCpuFloat(w, "a weight");
+    const int64_t S = x.size(0), in = x.size(1), out = w.size(0);
+    const torch::Tensor xf = asFloat(x);                                                   // [S, in]
+    const torch::Tensor wc = w.contiguous();                                               // [out, in]
+    torch::Tensor y = torch::empty({S, out}, torch::kFloat32);                             // [S, out]
+    const float* xp = xf.data_ptr<float>();
+    float* yp = y.data_ptr<float>();
+    // Threads take whole blocks of 64 output features, so a feature's sum never crosses threads.
+    constexpr int64_t kBlock = 64;
+    parallel((out + kBlock - 1) / kBlock, 1, [&](int64_t begin, int64_t end) {
+        const int64_t o0 = begin * kBlock, o1 = std::min(out, end * kBlock);
+        if (wc.scalar_type() == torch::kBFloat16)
+            kernels::linear(isa, xp, S, in, reinterpret_cast<const uint16_t*>(wc.data_ptr()), yp, out, o0, o1);
+        else
+            kernels::linear(isa, xp, S, in, wc.data_ptr<float>(), yp, out, o0, o1);
+    });
+    if (b.defined()) y = y + b.to(torch::kFloat32);  // one rounding of the fp32 sum per element
+    return y.to(outType);
+}
+
+torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps, Isa isa) {
+    requireCpuFloat(x, "a norm's input");
+    const int64_t n = x.size(-1);
+    const torch::Tensor xf = asFloat(x).reshape({-1, n});                                  // [rows, n]
+    const int64_t rows = xf.size(0);
+    torch::Tensor scale = torch::empty({rows, 1}, torch::kFloat32);                         // [rows, 1]
+    const float* xp = xf.data_ptr<float>();
+    float* sp = scale.data_ptr<float>();
+    parallel(rows, 16, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r)
+            sp[r] = 1.0f / std::sqrt(sumOfSquares(isa, xp + r * n, n) / static_cast<float>(n) + static_cast<float>(eps));
+    });
+    const torch::Tensor normed = (xf * scale).to(x.scalar_type()).view(x.sizes());          // like x
+    return weight * normed;
+}
+
+torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& invFreq, int64_t start) {
+    requireCpuFloat(x, "RoPE's input");
+    const int64_t S = x.size(0), heads = x.size(1), D = x.size(2), half = D / 2;
+    const torch::Tensor xf = asFloat(x);                                                   // [S, heads, D]
+    const torch::Tensor freq = asFloat(invFreq);                                           // [D/2]
+    torch::Tensor out = torch::empty_like(xf);
+    const float *xp = xf.data_ptr<float>(), *fp = freq.data_ptr<float>();
+    float* op = out.data_ptr<float>();
+    parallel(S, 1, [&](int64_t begin, int64_t end) {
+        std::vector<float> cosines(half), sines(half);
+        for (int64_t s = begin; s < end; ++s) {
+            const float position = static_cast<float>(start + s);
+            for (int64_t i = 0; i < half; ++i) {
+                const float angle = position * fp[i];
+                cosines[i] = std::cos(angle);
+                sines[i] = std::sin(angle);
+            }
+            for (int64_t h = 0; h < heads; ++h) {
+                const float* row = xp + (s * heads + h) * D;
+                float* dst = op + (s * heads + h) * D;
+                for (int64_t i = 0; i < half; ++i) {  // (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin)
+                    const float x1 = row[i], x2 = row[i + half];
+                    const float a = x1 * cosines[i], b = x2 * sines[i], c = x2 * cosines[i], d = x1 * sines[i];
+                    dst[i] = a - b;
+                    dst[i + half] = c + d;
+                }
+            }
+        }
+    });
+    return out.to(x.scalar_type());
+}
+
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& keys, const torch::Tensor& values, int64_t start,
+                        Isa isa) {
+    requireCpuFloat(q, "attention's queries");
+    const int64_t S = q.size(0), Q = q.size(1), D = q.size(2), KV = keys.size(0);
+    if (keys.stride(2) != 1 || keys.stride(1) != D || values.strides() != keys.strides() ||
+        keys.scalar_type() != values.scalar_type())
+        throw UsageError("--kernels invariant: keys and values must be cache views with rows of D contiguous features");
+    const torch::Tensor qf = asFloat(q);                                                   // [S, Q, D]
+    torch::Tensor out = torch::empty({S, Q, D}, torch::kFloat32);                          // [S, Q, D]
+    auto run = [&](auto element) {
+        using Element = decltype(element);
+        AttentionArgs<Element> a;
+        a.q = qf.data_ptr<float>();
+        a.keys = static_cast<const Element*>(keys.data_ptr());
+        a.values = static_cast<const Element*>(values.data_ptr());
+        a.headStride = keys.stride(0);
+        a.out = out.data_ptr<float>();
+        a.S = S, a.start = start, a.Q = Q, a.KV = KV, a.D = D;
+        a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+        parallel(S * Q, 1, [&](int64_t begin, int64_t end) {
+            std::vector<float> scores(static_cast<std::size_t>(start + S));
+            kernels::attention(isa, a, begin, end, scores.data());
+        });
+    };
+    if (keys.scalar_type() == torch::kBFloat16) run(uint16_t{});
+    else run(float{});
+    return out.view({S, Q * D}).to(q.scalar_type());
+}
+
+torch::Tensor siluGate(const torch::Tensor& gate, const torch::Tensor& up) {
+    const torch::Tensor g = asFloat(gate), u = asFloat(up);                                // [S, I]
+    torch::Tensor out = torch::empty_like(g);
+    const float *gp = g.data_ptr<float>(), *upp = u.data_ptr<float>();
+    float* op = out.data_ptr<float>();
+    parallel(g.numel(), 4096, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+            const float silu = gp[i] / (1.0f + std::exp(-gp[i]));
+            op[i] = silu * upp[i];
+        }
+    });
+    return out.to(gate.scalar_type());
+}
+
+}  // namespace kvscope::kernels

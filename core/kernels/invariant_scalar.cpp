@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: MIT
+// The reference path: the fixed order in plain C++ (std::fma per lane), what the vector paths must
+// equal bit for bit. Compiled with -ffp-contract=off like the other two files, so the compiler
+// fuses nothing that the order does not.
+#include "core/kernels/invariant_impl.h"
+
+#include <cstring>
+
+namespace kvscope::kernels {
+namespace {
+
+struct ScalarVec {
+    static constexpr int kRows = 1, kCols = 1, kDecodeCols = 1;
+    float lane[impl::kLanes];
+
+    static ScalarVec zero() { return broadcast(0.0f); }
+    static ScalarVec broadcast(float value) {
+        ScalarVec v;
+        for (float& l : v.lane) l = value;
+        return v;
+    }
+    static ScalarVec load(const float* p) {
+        ScalarVec v;
+        std::memcpy(v.lane, p, sizeof v.lane);
+        return v;
+    }
+    static ScalarVec load(const uint16_t* bf16) {  // bf16 is the top half of an fp32: exact
+        ScalarVec v;
+        for (int j = 0; j < impl::kLanes; ++j) {
+            const uint32_t bits = static_cast<uint32_t>(bf16[j]) << 16;
+            std::memcpy(&v.lane[j], &bits, sizeof bits);
+        }
+        return v;
+    }
+    static ScalarVec fma(const ScalarVec& a, const ScalarVec& b, const ScalarVec& acc) {
+        ScalarVec v;
+        for (int j = 0; j < impl::kLanes; ++j) v.lane[j] = std::fma(a.lane[j], b.lane[j], acc.lane[j]);
+        return v;
+    }
+    float sum() const {  // the tree: +8, +4, +2, +1
+        float s[8];
+        for (int j = 0; j < 8; ++j) s[j] = lane[j] + lane[j + 8];
+        for (int j = 0; j < 4; ++j) s[j] = s[j] + s[j + 4];
+        for (int j = 0; j < 2; ++j) s[j] = s[j] + s[j + 2];
+        return s[0] + s[1];
+    }
+    void store(float* p) const { std::memcpy(p, lane, sizeof lane); }
+};
+
+}  // namespace
+
+namespace scalar {
+void linear(const float* x, int64_t rows, int64_t in, const float* w, float* y, int64_t yStride, int64_t o0,
+            int64_t o1) {
+    impl::linear<ScalarVec>(x, rows, in, w, y, yStride, o0, o1);
+}
+void linear(const float* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0,
+            int64_t o1) {
+    impl::linear<ScalarVec>(x, rows, in, w, y, yStride, o0, o1);
+}
+void attention(const AttentionArgs<float>& a, int64_t begin, int64_t end, float* scores) {
+    impl::attention<ScalarVec>(a, begin, end, scores);
+}
+void attention(const AttentionArgs<uint16_t>& a, int64_t begin, int64_t end, float* scores) {
+    impl::attention<ScalarVec>(a, begin, end, scores);
+}
+float sumOfSquares(const float* x, int64_t n) { return impl::sumOfSquares<ScalarVec>(x, n); }
+}  // namespace scalar
+
+}  // namespace kvscope::kernels
