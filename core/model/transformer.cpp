@@ -8,6 +8,7 @@
 #include "core/model/transformer.h"
 
 #include "core/cache/fingerprint.h"
+#include "core/kernels/invariant_ops.h"
 #include "core/model/checkpoint.h"
 #include "core/util/error.h"
 
@@ -82,6 +83,7 @@ torch::Tensor applyRopeAt(const torch::Tensor& x, const torch::Tensor& invFreq, 
 }
 
 torch::Tensor Transformer::rmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const {
+    if (invariant()) return kernels::rmsNorm(x, weight, config_.rmsNormEps);
     return kvscope::rmsNorm(x, weight, config_.rmsNormEps);
 }
 
@@ -91,6 +93,7 @@ torch::Tensor Transformer::rmsNorm(const torch::Tensor& x, const torch::Tensor& 
 // about twice as fast here, but accumulates in another order and so gives other low bits: it is
 // Numerics::matrixVectorDecode, never the default.
 torch::Tensor Transformer::project(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) const {
+    if (invariant()) return kernels::linear(x, w, b, x.scalar_type());
     if (x.size(0) == 1 && numerics_.matrixVectorDecode) {
         torch::Tensor y = torch::mv(w, x[0]);
         if (b.defined()) y = y + b;
@@ -110,6 +113,10 @@ Transformer::Transformer(ModelConfig config, Weights weights, torch::ScalarType 
                          Numerics numerics)
     : config_(std::move(config)), weights_(std::move(weights)), dtype_(dtype), device_(device), numerics_(numerics),
       fingerprint_(std::make_shared<FingerprintMemo>()) {
+    if (invariant() && !device_.is_cpu())
+        throw UsageError("--kernels invariant runs on the CPU only (its kernels are kvscope's own C++); use --device cpu");
+    if (invariant() && numerics_.matrixVectorDecode)
+        throw UsageError("--decode-kernel mv applies to --kernels torch only (invariant kernels have one decode path)");
     invFreq_ = ropeInverseFrequencies(config_).to(device_);
 }
 
@@ -131,6 +138,7 @@ const std::string& Transformer::fingerprint() const {
         named.emplace_back(config_.tieWordEmbeddings ? "lm_head=embed" : "lm_head", weights_.lmHead);
         // Only non-default numerics enter, so fingerprints of default models stay what they were.
         if (numerics_.matrixVectorDecode) named.emplace_back("numerics=matrix-vector-decode", torch::zeros({0}));
+        if (invariant()) named.emplace_back("numerics=invariant-kernels", torch::zeros({0}));
         fingerprint_->value = fingerprintNamedTensors(named);
     });
     return fingerprint_->value;
@@ -236,6 +244,7 @@ torch::Tensor Transformer::forward(const std::vector<int64_t>& ids, KvCache& cac
 
 torch::Tensor Transformer::forwardPacked(const std::vector<int64_t>& ids,
                                          const std::vector<int64_t>& sequenceStarts) const {
+    if (invariant()) throw UsageError("training runs with --kernels torch (the invariant kernels have no gradients)");
     checkIds(ids);
     const int64_t S = static_cast<int64_t>(ids.size());
     if (sequenceStarts.empty() || sequenceStarts.front() != 0 ||
@@ -282,13 +291,17 @@ torch::Tensor Transformer::blocks(torch::Tensor x, const Span& span, ForwardObse
 torch::Tensor Transformer::head(torch::Tensor x, ForwardObserver* observer) const {
     x = rmsNorm(x, weights_.finalNorm);                                                   // [S, H]
     observe(observer, -1, "final_norm", x);
-    torch::Tensor logits = project(x, weights_.lmHead).to(torch::kFloat32);               // [S, V]
+    // Invariant kernels give fp32 logits straight from their fp32 sums; transformers rounds them to
+    // the compute dtype first.
+    torch::Tensor logits = invariant() ? kernels::linear(x, weights_.lmHead, {}, torch::kFloat32)
+                                       : project(x, weights_.lmHead).to(torch::kFloat32);  // [S, V]
     observe(observer, -1, "logits", logits);
     return logits;
 }
 
 torch::Tensor Transformer::attention(int64_t l, const torch::Tensor& x, const Span& span,
                                      ForwardObserver* observer) const {
+    if (invariant()) return invariantAttention(l, x, span, observer);
     const LayerWeights& lw = weights_.layers[l];
     const int64_t S = x.size(0), Q = config_.numHeads, KV = config_.numKvHeads, D = config_.headDim;
     const int64_t G = Q / KV, T = span.start + S;
@@ -342,19 +355,67 @@ torch::Tensor Transformer::attention(int64_t l, const torch::Tensor& x, const Sp
     return projected;
 }
 
+// The same block on the batch-invariant kernels: the projections, norms and RoPE row by row, then
+// one fused attention per (query, head) over the cache (core/kernels/invariant.h gives the order),
+// so the op-level observer sees no separate scores or softmax.
+torch::Tensor Transformer::invariantAttention(int64_t l, const torch::Tensor& x, const Span& span,
+                                              ForwardObserver* observer) const {
+    const LayerWeights& lw = weights_.layers[l];
+    const int64_t S = x.size(0), Q = config_.numHeads, KV = config_.numKvHeads, D = config_.headDim;
+    torch::Tensor q = project(x, lw.wq, lw.bq).view({S, Q, D});                           // [S, Q, D]
+    torch::Tensor k = project(x, lw.wk, lw.bk).view({S, KV, D});                          // [S, KV, D]
+    torch::Tensor v = project(x, lw.wv, lw.bv).view({S, KV, D});                          // [S, KV, D]
+    observe(observer, l, "q_proj", q);
+    observe(observer, l, "k_proj", k);
+    observe(observer, l, "v_proj", v);
+    if (config_.qkNorm) {
+        q = rmsNorm(q, lw.qNorm);
+        k = rmsNorm(k, lw.kNorm);
+        observe(observer, l, "q_norm", q);
+        observe(observer, l, "k_norm", k);
+    }
+    q = kernels::rope(q, invFreq_, span.start);                                           // [S, Q, D]
+    k = kernels::rope(k, invFreq_, span.start).transpose(0, 1);                           // [KV, S, D]
+    v = v.transpose(0, 1);                                                                // [KV, S, D]
+    observe(observer, l, "rope_q", q.transpose(0, 1), 1);
+    observe(observer, l, "rope_k", k, 1);
+    span.cache->write(l, k, v);
+    const int64_t T = span.start + S;
+    torch::Tensor out = kernels::attention(q, span.cache->keys(l, T), span.cache->values(l, T), span.start);  // [S, Q*D]
+    observe(observer, l, "attn_output", out);
+    torch::Tensor projected = project(out, lw.wo);                                        // [S, H]
+    observe(observer, l, "o_proj", projected);
+    return projected;
+}
+
 torch::Tensor Transformer::mlp(int64_t l, const torch::Tensor& x, ForwardObserver* observer) const {
     const LayerWeights& lw = weights_.layers[l];
     // SwiGLU: down(silu(gate(x)) * up(x))
-    torch::Tensor gate = torch::silu(project(x, lw.wGate));                         // [S, I]
+    if (invariant()) {  // silu and the product per element in fp32, rounded once
+        torch::Tensor gate = project(x, lw.wGate), up = project(x, lw.wUp);                // [S, I]
+        observe(observer, l, "mlp_up", up);
+        torch::Tensor down = project(kernels::siluGate(gate, up), lw.wDown);               // [S, H]
+        observe(observer, l, "mlp", down);
+        return down;
+    }
+    torch::Tensor gate = torch::silu(project(x, lw.wGate));                               // [S, I]
     torch::Tensor up = project(x, lw.wUp);                                                // [S, I]
     observe(observer, l, "mlp_gate", gate);
     observe(observer, l, "mlp_up", up);
-    torch::Tensor down = project(gate * up, lw.wDown);                              // [S, H]
+    torch::Tensor down = project(gate * up, lw.wDown);                                    // [S, H]
     observe(observer, l, "mlp", down);
     return down;
 }
 
 // ---- names ------------------------------------------------------------------------------------
+
+std::string kernelsName(Kernels kernels) { return kernels == Kernels::Invariant ? "invariant" : "torch"; }
+
+Kernels parseKernels(const std::string& name) {
+    if (name == "torch") return Kernels::Torch;
+    if (name == "invariant") return Kernels::Invariant;
+    throw UsageError("unknown kernels '" + name + "' (expected torch or invariant)");
+}
 
 torch::ScalarType parseDtype(const std::string& name) {
     if (name == "fp32" || name == "float32") return torch::kFloat32;

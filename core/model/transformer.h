@@ -50,9 +50,18 @@ enum class Logits { Last, All };
 // bit for bit on the same torch (tests/parity/hf_parity.py checks it); anything faster that gives
 // other bits is an explicit choice here, and part of the model's fingerprint, so a cache built one
 // way is never continued the other way.
+enum class Kernels {
+    Torch,      // transformers' op sequence on libtorch's kernels: its bits, and its batch dependence
+    Invariant,  // kvscope's batch-invariant kernels (core/kernels): a row's bits never depend on
+                // how many rows a call computes, so live == prefill == chunked == incremental
+};
+std::string kernelsName(Kernels kernels);           // "torch" | "invariant"
+Kernels parseKernels(const std::string& name);      // throws UsageError naming the choices
+
 struct Numerics {
-    // A decode step's projections as matrix-vector products (torch::mv) instead of transformers'
-    // F.linear on one row: about twice as fast on CPU, other low bits.
+    Kernels kernels = Kernels::Torch;
+    // Torch kernels only: a decode step's projections as matrix-vector products (torch::mv) instead
+    // of transformers' F.linear on one row: about twice as fast on CPU, other low bits.
     bool matrixVectorDecode = false;
 };
 
@@ -97,6 +106,9 @@ private:
     torch::Tensor blocks(torch::Tensor x, const Span& span, ForwardObserver* observer) const;
     torch::Tensor head(torch::Tensor x, ForwardObserver* observer) const;
     torch::Tensor attention(int64_t layer, const torch::Tensor& x, const Span& span, ForwardObserver* observer) const;
+    torch::Tensor invariantAttention(int64_t layer, const torch::Tensor& x, const Span& span,
+                                     ForwardObserver* observer) const;
+    bool invariant() const { return numerics_.kernels == Kernels::Invariant; }
     torch::Tensor mlp(int64_t layer, const torch::Tensor& x, ForwardObserver* observer) const;
     torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const;
     torch::Tensor project(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {}) const;

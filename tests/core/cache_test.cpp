@@ -82,6 +82,49 @@ TEST_P(Constructions, Bf16IncrementalIsBitExactWithLiveAndPrefillIsNot) {
     EXPECT_FALSE(d.perLayer[d.firstDifference->first].bitExact);
 }
 
+TEST_P(Constructions, InvariantKernelsMakeEveryConstructionBitExact) {
+    // The remedy (--kernels invariant): a row's bits no longer depend on how many rows a forward
+    // computes, so a one-shot prefill, chunks of any size and token-by-token all rebuild the live
+    // cache, in bf16 as in fp32. The wide variant's 256 features span many 16-lane chunks.
+    Numerics numerics;
+    numerics.kernels = Kernels::Invariant;
+    for (const auto dtype : {torch::kBFloat16, torch::kFloat32}) {
+        Transformer m = Transformer::load(test::tinyModel(GetParam() + std::string("-wide")), dtype, torch::kCPU,
+                                          nullptr, numerics);
+        Built b = buildAll(m, 40);
+        for (const KvCache* other : {&b.prefill, &b.incremental, &b.tokenByToken, &b.chunked}) {
+            EXPECT_TRUE(sameBits(b.live, *other)) << other->construction() << " " << dtypeName(dtype);
+            EXPECT_TRUE(torch::equal(b.live.nextLogits(), other->nextLogits())) << other->construction();
+        }
+        for (const char* chunking : {"chunked:1", "chunked:3", "chunked:17", "incremental:2"}) {
+            const KvCache c = buildCache(m, b.live.ids(), Construction::parse(chunking), b.live.promptLength());
+            EXPECT_TRUE(sameBits(b.live, c)) << chunking << " " << dtypeName(dtype);
+        }
+        // The logits of every position from one forward equal each position's own decode step.
+        KvCache all = m.newCache();
+        const torch::Tensor everyRow = m.forward(b.live.ids(), all, Logits::All);         // [T, V]
+        KvCache stepwise = m.newCache();
+        for (std::size_t t = 0; t < b.live.ids().size(); ++t) {
+            const torch::Tensor row = m.forward({b.live.ids()[t]}, stepwise);               // [1, V]
+            ASSERT_TRUE(torch::equal(row[0], everyRow[static_cast<int64_t>(t)])) << "position " << t;
+        }
+    }
+}
+
+TEST_P(Constructions, InvariantKernelsStayCloseToTorchKernels) {
+    Numerics numerics;
+    numerics.kernels = Kernels::Invariant;
+    const std::string dir = test::tinyModel(GetParam());
+    Transformer torchKernels = Transformer::load(dir, torch::kFloat32, torch::kCPU);
+    Transformer invariant = Transformer::load(dir, torch::kFloat32, torch::kCPU, nullptr, numerics);
+    EXPECT_NE(torchKernels.fingerprint(), invariant.fingerprint());  // a cache of one is refused by the other
+    KvCache a = torchKernels.newCache(), b = invariant.newCache();
+    const torch::Tensor la = torchKernels.forward(kPrompt, a, Logits::All), lb = invariant.forward(kPrompt, b, Logits::All);
+    EXPECT_LT((la - lb).abs().max().item<double>(), 1e-4);
+    for (int64_t l = 0; l < a.numLayers(); ++l)
+        EXPECT_LT((a.layerKeys(l) - b.layerKeys(l)).abs().max().item<double>(), 1e-4) << "layer " << l;
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, Constructions, ::testing::Values("qwen2", "llama", "qwen3"));
 
 TEST(Constructions, ParseAndSchedules) {

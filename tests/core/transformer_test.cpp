@@ -43,6 +43,24 @@ TEST_P(ReferenceAgreement, Fp32ForwardMatchesFloat64ReferenceWithin1e4) {
     EXPECT_GT(logits.abs().max().item<double>(), 0.5);
 }
 
+TEST_P(ReferenceAgreement, InvariantKernelsMatchFloat64ReferenceWithin1e4InFp32AndBf16Tracks) {
+    const std::string& dir = test::tinyModel(GetParam());
+    Numerics numerics;
+    numerics.kernels = Kernels::Invariant;
+    const auto ref = test::referenceLogits(dir, kIds);
+    Transformer fp32 = Transformer::load(dir, torch::kFloat32, torch::kCPU, nullptr, numerics);
+    KvCache cache = fp32.newCache();
+    EXPECT_LT(maxAbsDiff(fp32.forward(kIds, cache, Logits::All), ref), 1e-4);
+    // In bf16 no better than bf16 storage allows: within twice the error of transformers' kernels.
+    Transformer bf16 = Transformer::load(dir, torch::kBFloat16, torch::kCPU, nullptr, numerics);
+    Transformer bf16Torch = Transformer::load(dir, torch::kBFloat16, torch::kCPU);
+    KvCache bf16Cache = bf16.newCache(), bf16TorchCache = bf16Torch.newCache();
+    const double invariantError = maxAbsDiff(bf16.forward(kIds, bf16Cache, Logits::All), ref);
+    const double torchError = maxAbsDiff(bf16Torch.forward(kIds, bf16TorchCache, Logits::All), ref);
+    EXPECT_GT(torchError, 0.0);
+    EXPECT_LT(invariantError, 2 * torchError) << "torch kernels' bf16 error " << torchError;
+}
+
 TEST_P(ReferenceAgreement, OneShotPrefillEqualsTokenByTokenWithin1e4InFp32) {
     Transformer model = Transformer::load(test::tinyModel(GetParam()), torch::kFloat32, torch::kCPU);
     torch::NoGradGuard noGrad;
