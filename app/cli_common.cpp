@@ -66,6 +66,12 @@ void addModelOptions(CLI::App* cmd, ModelOptions& o) {
         ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
         ->each([&o](const std::string&) { o.dtypeGiven = true; });
     cmd->add_option("--device", o.device, "cpu, cuda or cuda:N");
+    cmd->add_option("--kernels", o.kernels,
+                    "torch (default: transformers' ops on libtorch, their bits) or invariant (kvscope's "
+                    "batch-invariant CPU kernels: a prefill gives the live cache's bits); with a cache, "
+                    "default: the cache's")
+        ->check(CLI::IsMember({"torch", "invariant"}))
+        ->each([&o](const std::string&) { o.kernelsGiven = true; });
     cmd->add_option("--decode-kernel", o.decodeKernel,
                     "linear (default: transformers' F.linear, its bits) or mv (matrix-vector decode steps: "
                     "faster on CPU, other bits; caches it builds carry that in their model fingerprint)")
@@ -96,8 +102,10 @@ CLI::Validator numberAtLeast(double bound, bool inclusive, const std::string& ex
 const CLI::Validator kPositive = numberAtLeast(0, false, "a number > 0");
 const CLI::Validator kNonNegative = numberAtLeast(0, true, "a number >= 0");
 
-void takeDtypeFromCache(ModelOptions& o, const std::string& cachePath) {
-    if (!o.dtypeGiven) o.dtype = dtypeName(savedCacheDtype(cachePath));
+void takeBuildFromCache(ModelOptions& o, const std::string& cachePath) {
+    const SavedCacheBuild build = savedCacheBuild(cachePath);
+    if (!o.dtypeGiven) o.dtype = dtypeName(build.dtype);
+    if (!o.kernelsGiven) o.kernels = kernelsName(build.kernels);
 }
 
 void addDecodeOptions(CLI::App* cmd, DecodeOptions& o) {
@@ -132,6 +140,7 @@ Transformer loadModel(const ModelOptions& o) {
     applyThreads(o.threads);
     LoadReport report;
     Numerics numerics;
+    numerics.kernels = parseKernels(o.kernels);
     numerics.matrixVectorDecode = o.decodeKernel == "mv";
     Transformer model = Transformer::load(o.model, parseDtype(o.dtype), parseDevice(o.device), &report, numerics);
     if (!report.unusedTensors.empty())

@@ -22,6 +22,8 @@ struct ModelOptions {
     std::string dtype = "fp32";
     bool dtypeGiven = false;  // --dtype on the command line (else a command working on a cache takes its dtype)
     std::string device = "cpu";
+    std::string kernels = "torch";        // --kernels: Numerics::kernels
+    bool kernelsGiven = false;            // else a command working on a cache takes the cache's
     std::string decodeKernel = "linear";  // "mv": Numerics::matrixVectorDecode
     int threads = 0;  // 0: all cores
 };
@@ -32,9 +34,9 @@ void addModelOptions(CLI::App* cmd, ModelOptions& options);
 // PositiveNumber printed its range as "0.000000 to 1.79e308" in 309 digits.
 extern const CLI::Validator kPositive;     // > 0
 extern const CLI::Validator kNonNegative;  // >= 0
-// Commands that work on a saved cache compute in the dtype that built it unless --dtype says otherwise:
-// a bf16 cache continued in fp32 only fails the fingerprint check.
-void takeDtypeFromCache(ModelOptions& options, const std::string& cachePath);
+// Commands that work on a saved cache compute with the dtype and kernels that built it unless --dtype
+// or --kernels says otherwise: a bf16 cache continued in fp32 only fails the fingerprint check.
+void takeBuildFromCache(ModelOptions& options, const std::string& cachePath);
 
 // --max-new-tokens, --temperature, --top-k, --top-p, --seed (generate and continue share them).
 struct DecodeOptions {

@@ -90,7 +90,7 @@ void addBuild(CLI::App* cache) {
             throw UsageError("use --prompt-ids (with --generate) for live, and --ids-from for the other constructions");
         if (c.kind != Construction::Kind::Live && o->idsFrom.empty())
             throw UsageError("--construction " + o->construction + " needs --ids-from");
-        if (!o->idsFrom.empty()) takeDtypeFromCache(o->model, o->idsFrom);
+        if (!o->idsFrom.empty()) takeBuildFromCache(o->model, o->idsFrom);
         Transformer model = loadModel(o->model);
         KvCache built;
         if (c.kind == Construction::Kind::Live) {
@@ -121,6 +121,7 @@ void addInfo(CLI::App* cache) {
                             {"layers", c.numLayers()},
                             {"tokens", c.length()},
                             {"dtype", dtypeName(c.dtype())},
+                            {"kernels", kernelsName(c.kernels())},
                             {"construction", c.construction()},
                             {"prompt_length", c.promptLength()},
                             {"kv_heads", c.numKvHeads()},
@@ -134,7 +135,7 @@ void addInfo(CLI::App* cache) {
             return;
         }
         for (const char* key : {"construction", "tokens", "prompt_length", "layers", "kv_heads", "head_dim", "dtype",
-                                "fingerprint", "model_fingerprint"})
+                                "kernels", "fingerprint", "model_fingerprint"})
             std::cout << key << ": " << (j[key].is_string() ? j[key].get<std::string>() : j[key].dump()) << "\n";
     });
 }
@@ -201,7 +202,7 @@ void addLocate(CLI::App* cache) {
     cmd->add_option("b", o->b, "Second cache")->required()->check(CLI::ExistingFile);
     cmd->add_flag("--json", o->json, "Print JSON");
     cmd->callback([o] {
-        takeDtypeFromCache(o->model, o->a);
+        takeBuildFromCache(o->model, o->a);
         Transformer model = loadModel(o->model);
         const KvCache a = loadCacheFor(o->a, model), b = loadCacheFor(o->b, model);
         if (a.ids() != b.ids()) throw UsageError("the two caches were built from different token ids");
@@ -264,7 +265,7 @@ void addContinue(CLI::App& app) {
     addDecodeOptions(cmd, o->decode);
     cmd->add_flag("--json", o->json, "Print the same JSON as generate");
     cmd->callback([o] {
-        takeDtypeFromCache(o->model, o->cache);
+        takeBuildFromCache(o->model, o->cache);
         Transformer model = loadModel(o->model);
         const KvCache cache = loadCacheFor(o->cache, model);
         StopRules stops;

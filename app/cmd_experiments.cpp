@@ -119,7 +119,7 @@ void addAudit(CLI::App& app) {
         const std::string change = describeManifestChange(run.manifest, buildManifest(config));
         if (!change.empty()) throw UsageError("cannot audit run " + run.runId + ": " + change + " since the run");
         config.protocols.erase("audit");
-        ModelPool models(config.modelDir, config.device);
+        ModelPool models(config.modelDir, config.device, config.numerics());
         const Tokenizer tokenizer = Tokenizer::fromModelDir(config.modelDir);
         ItemContext ctx{config, tokenizer, [&](const std::string& d) -> const Transformer& { return models.get(d); },
                         ""};

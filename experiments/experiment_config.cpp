@@ -127,10 +127,16 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
     model.read("dir", c.modelDir);
     model.readStrings("dtypes", c.dtypes);
     model.read("device", c.device);
+    std::string kernels = "torch";
+    model.read("kernels", kernels);
     int64_t threads = 0;
     model.read("threads", threads);
     c.threads = static_cast<int>(threads);
     model.rejectUnknown();
+    requireOneOf(path, "model.kernels", kernels, {"torch", "invariant"});
+    c.kernels = parseKernels(kernels);
+    if (c.kernels == Kernels::Invariant && c.device != "cpu")
+        model.fail("kernels", "\"invariant\" runs on the CPU only (device is \"" + c.device + "\")");
     if (const toml::table* g = root["model"]["generate"].as_table()) {
         Table gen(g, "model.generate.", path);
         std::string arch = "qwen2";
@@ -325,6 +331,7 @@ nlohmann::json ExperimentConfig::toJson() const {
              {{"dir", modelDir},
               {"dtypes", dtypes},
               {"device", device},
+              {"kernels", kernelsName(kernels)},
               {"generate", generateModel ? generateSpec : nlohmann::json(nullptr)}}},
             {"dataset", {{"path", datasetPath}, {"chat_template", chatTemplate}}},
             {"generation",

@@ -4,7 +4,8 @@
 // anywhere are errors (a typo must not silently change a study).
 //
 //   name = "smoke"
-//   [model]      dir, dtypes = ["bf16"] (first = main precision), device = "cpu", threads = 0
+//   [model]      dir, dtypes = ["bf16"] (first = main precision), device = "cpu", threads = 0,
+//                kernels = "torch" | "invariant" (batch-invariant kernels: the remedy, CPU only)
 //   [model.generate]  arch, seed, hidden_size, layers, heads, kv_heads, intermediate_size: when
 //                present and `dir` has no config.json, a deterministic test model is written there
 //   [dataset]    path (JSONL: id, prompt | messages, answer, optional prefix_ids), chat_template
@@ -14,6 +15,7 @@
 //   [protocols]  run = ["matched", "fixed_prefix_2x2", "bridge", "audit", "transplant", "localize"]
 //   [transplant] layers = "all", kv = "kv", selection = "all" | "sample", sample_fraction, seed
 #include "core/decode/sampler.h"
+#include "core/model/numerics.h"
 
 #include <nlohmann/json.hpp>
 
@@ -29,6 +31,7 @@ struct ExperimentConfig {
     std::string modelDir;
     std::vector<std::string> dtypes = {"bf16"};
     std::string device = "cpu";
+    Kernels kernels = Kernels::Torch;
     int threads = 0;
     bool generateModel = false;          // [model.generate] present
     nlohmann::json generateSpec;         // its keys, for the manifest
@@ -55,6 +58,7 @@ struct ExperimentConfig {
     // Writes the [model.generate] test model into modelDir unless it already holds one.
     void generateModelIfMissing() const;
     bool runs(const std::string& protocol) const { return protocols.count(protocol) != 0; }
+    Numerics numerics() const { return Numerics{kernels, false}; }
     nlohmann::json toJson() const;  // the resolved configuration, for the manifest
 };
 

@@ -21,7 +21,7 @@ const Transformer& ModelPool::get(const std::string& dtype) {
     for (const auto& [name, model] : loaded_)
         if (name == dtype) return *model;
     loaded_.emplace_back(
-        dtype, std::make_shared<Transformer>(Transformer::load(dir_, parseDtype(dtype), parseDevice(device_))));
+        dtype, std::make_shared<Transformer>(Transformer::load(dir_, parseDtype(dtype), parseDevice(device_), nullptr, numerics_)));
     return *loaded_.back().second;
 }
 
@@ -99,7 +99,7 @@ RunSummary runExperiment(const ExperimentConfig& config, const RunOptions& o,
     const auto todo = selectItems(items, o, ledger.finishedItems(summary.runId), summary.alreadyDone);
     summary.selected = static_cast<int64_t>(todo.size()) + summary.alreadyDone;
 
-    ModelPool models(config.modelDir, config.device);
+    ModelPool models(config.modelDir, config.device, config.numerics());
     const Tokenizer tokenizer = Tokenizer::fromModelDir(config.modelDir);
     ItemContext ctx{config, tokenizer, [&](const std::string& d) -> const Transformer& { return models.get(d); },
                     o.keepCachesDir};

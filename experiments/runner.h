@@ -52,11 +52,13 @@ RunSummary runExperiment(const ExperimentConfig& config, const RunOptions& optio
 // Loads models lazily by dtype name, so a run only pays for the precisions it uses.
 class ModelPool {
 public:
-    ModelPool(std::string dir, std::string device) : dir_(std::move(dir)), device_(std::move(device)) {}
+    ModelPool(std::string dir, std::string device, Numerics numerics = {})
+        : dir_(std::move(dir)), device_(std::move(device)), numerics_(numerics) {}
     const Transformer& get(const std::string& dtype);
 
 private:
     std::string dir_, device_;
+    Numerics numerics_;
     std::vector<std::pair<std::string, std::shared_ptr<Transformer>>> loaded_;
 };
 

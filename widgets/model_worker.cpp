@@ -54,7 +54,7 @@ struct ModelWorker::State {
         if (key == contextKey) return;
         boundary.reset();
         contextKey.clear();
-        models = std::make_unique<experiments::ModelPool>(c.modelDir, c.device);
+        models = std::make_unique<experiments::ModelPool>(c.modelDir, c.device, c.numerics());
         models->get(c.dtypes.front());  // config.json and weights first: their errors say the most
         tokenizer = Tokenizer::fromModelDir(c.modelDir);
         config = std::move(c);

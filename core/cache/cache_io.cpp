@@ -29,6 +29,9 @@ std::string metadataSeal(const std::map<std::string, std::string>& meta) {
         const auto it = meta.find(key);
         text += std::string("|") + key + "=" + (it == meta.end() ? std::string() : it->second);
     }
+    // Sealed when present; caches written before --kernels existed lack it (and were torch-built),
+    // so their seals stay valid.
+    if (const auto it = meta.find("kernels"); it != meta.end()) text += "|kernels=" + it->second;
     return sha256Hex(text.data(), text.size());
 }
 
@@ -54,8 +57,16 @@ void checkCacheMetadata(const Metadata& meta, const std::string& path) {
                           " is not supported (expected 2)");
     if (metadataSeal(meta) != field("metadata_seal"))
         throw FormatError(path +
-                          ": KV cache metadata (model_fingerprint, prompt_length, construction, ids or logits "
-                          "fingerprint) was changed after the cache was written: it no longer matches metadata_seal");
+                          ": KV cache metadata (model_fingerprint, prompt_length, construction, kernels, ids or "
+                          "logits fingerprint) was changed after the cache was written: it no longer matches metadata_seal");
+}
+
+Kernels savedKernels(const Metadata& meta, const std::string& path) {
+    const auto it = meta.find("kernels");
+    if (it == meta.end()) return Kernels::Torch;
+    if (it->second != "torch" && it->second != "invariant")
+        throw FormatError(path + ": metadata 'kernels' is '" + it->second + "' (expected torch or invariant)");
+    return parseKernels(it->second);
 }
 
 }  // namespace
@@ -76,6 +87,7 @@ void saveCache(const KvCache& cache, const std::string& path) {
         {"kvscope_version", kvscopeVersion()},
         {"dtype", dtypeName(cache.dtype())},
         {"construction", cache.construction()},
+        {"kernels", kernelsName(cache.kernels())},
         {"prompt_length", std::to_string(cache.promptLength())},
         {"token_ids", nlohmann::json(cache.ids()).dump()},
         {"ids_fingerprint", fp.ids},
@@ -125,6 +137,7 @@ KvCache loadCache(const std::string& path, torch::Device device) {
     if (!promptLength) throw FormatError(path + ": metadata 'prompt_length' is not a non-negative integer");
     cache.setPromptLength(*promptLength);
     cache.setModelFingerprint(field("model_fingerprint"));
+    cache.setKernels(savedKernels(meta, path));
     if (file.find("next_logits")) {
         torch::Tensor logits = file.read("next_logits", torch::kFloat32);
         if (tensorFingerprint(logits) != field("next_logits_fingerprint"))
@@ -138,10 +151,10 @@ KvCache loadCache(const std::string& path, torch::Device device) {
     return cache;
 }
 
-torch::ScalarType savedCacheDtype(const std::string& path) {
+SavedCacheBuild savedCacheBuild(const std::string& path) {
     const SafetensorsFile file(path);  // the header only: no tensor is read or hashed
     checkCacheMetadata(file.metadata(), path);
-    return parseDtype(metadataField(file.metadata(), path, "dtype"));
+    return {parseDtype(metadataField(file.metadata(), path, "dtype")), savedKernels(file.metadata(), path)};
 }
 
 KvCache loadCacheFor(const std::string& path, const Transformer& model) {

@@ -22,6 +22,12 @@ KvCache loadCache(const std::string& path, torch::Device device = torch::kCPU);
 // Same, and refuses a cache that `model` did not build (fingerprint, shape or dtype differ).
 KvCache loadCacheFor(const std::string& path, const Transformer& model);
 // The dtype a cache file was built in, from its checked metadata alone (no tensor is read).
-torch::ScalarType savedCacheDtype(const std::string& path);
+// The build choices a saved cache records, read from its header alone (no tensor is read or hashed):
+// commands that continue or rebuild a cache default to them.
+struct SavedCacheBuild {
+    torch::ScalarType dtype = torch::kFloat32;
+    Kernels kernels = Kernels::Torch;
+};
+SavedCacheBuild savedCacheBuild(const std::string& path);
 
 }  // namespace kvscope

@@ -100,6 +100,10 @@ KvCache buildLiveCache(const Transformer& model, const std::vector<int64_t>& pro
 }
 
 void requireCacheFromModel(const KvCache& cache, const Transformer& model) {
+    if (cache.kernels() != model.numerics().kernels)
+        throw UsageError("the KV cache was built with --kernels " + kernelsName(cache.kernels()) +
+                         ", this model computes with --kernels " + kernelsName(model.numerics().kernels) +
+                         " (a cache continues only on the kernels that built it)");
     if (cache.modelFingerprint() != model.fingerprint())
         throw UsageError("the KV cache was built by another model or dtype (cache model fingerprint " +
                          cache.modelFingerprint().substr(0, 16) + "..., this model in " + dtypeName(model.dtype()) +

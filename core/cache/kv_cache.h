@@ -14,6 +14,8 @@
 // was built (live / prefill / incremental / ...), where the prompt ended, the fingerprint of the
 // model that built it, and the next-token logits its last forward produced. Widgets never see this
 // class; they get value snapshots from core.
+#include "core/model/numerics.h"
+
 #include <torch/types.h>
 
 #include <cstdint>
@@ -45,6 +47,9 @@ public:
     void setConstruction(std::string name) { construction_ = std::move(name); }
     int64_t promptLength() const { return promptLength_; }
     void setPromptLength(int64_t n) { promptLength_ = n; }
+    // The kernels that computed it (`--kernels`): a cache is continued only with the same ones.
+    Kernels kernels() const { return kernels_; }
+    void setKernels(Kernels kernels) { kernels_ = kernels; }
     const std::string& modelFingerprint() const { return modelFingerprint_; }
     void setModelFingerprint(std::string fp) { modelFingerprint_ = std::move(fp); }
     // fp32 [vocab] logits that the forward which wrote the last position produced, i.e. the
@@ -84,6 +89,7 @@ private:
     std::string construction_ = "live";
     int64_t promptLength_ = 0;
     std::string modelFingerprint_;
+    Kernels kernels_ = Kernels::Torch;
     torch::Tensor nextLogits_;  // [vocab] fp32, or undefined
 };
 

@@ -144,7 +144,11 @@ const std::string& Transformer::fingerprint() const {
     return fingerprint_->value;
 }
 
-KvCache Transformer::newCache(int64_t capacity) const { return KvCache::forModel(config_, dtype_, device_, capacity); }
+KvCache Transformer::newCache(int64_t capacity) const {
+    KvCache cache = KvCache::forModel(config_, dtype_, device_, capacity);
+    cache.setKernels(numerics_.kernels);
+    return cache;
+}
 
 Transformer Transformer::load(const std::string& dir, torch::ScalarType dtype, torch::Device device, LoadReport* report,
                               Numerics numerics) {

@@ -6,6 +6,7 @@
 // into that one row instead (forwardPacked), so there is no second copy of the model for it.
 #include "core/cache/kv_cache.h"
 #include "core/model/config.h"
+#include "core/model/numerics.h"
 
 #include <torch/types.h>
 #include <torch/utils.h>  // NoGradGuard
@@ -45,25 +46,6 @@ public:
 };
 
 enum class Logits { Last, All };
-
-// Which kernels compute the forward. The default is Hugging Face transformers' eager op sequence,
-// bit for bit on the same torch (tests/parity/hf_parity.py checks it); anything faster that gives
-// other bits is an explicit choice here, and part of the model's fingerprint, so a cache built one
-// way is never continued the other way.
-enum class Kernels {
-    Torch,      // transformers' op sequence on libtorch's kernels: its bits, and its batch dependence
-    Invariant,  // kvscope's batch-invariant kernels (core/kernels): a row's bits never depend on
-                // how many rows a call computes, so live == prefill == chunked == incremental
-};
-std::string kernelsName(Kernels kernels);           // "torch" | "invariant"
-Kernels parseKernels(const std::string& name);      // throws UsageError naming the choices
-
-struct Numerics {
-    Kernels kernels = Kernels::Torch;
-    // Torch kernels only: a decode step's projections as matrix-vector products (torch::mv) instead
-    // of transformers' F.linear on one row: about twice as fast on CPU, other low bits.
-    bool matrixVectorDecode = false;
-};
 
 struct LoadReport {
     std::vector<std::string> unusedTensors;  // present in the checkpoint, not used by the model

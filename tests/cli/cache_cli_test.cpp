@@ -128,6 +128,40 @@ TEST_F(CacheCli, CommandsOnACacheTakeItsDtypeUnlessTold) {
             .is_null());
 }
 
+TEST_F(CacheCli, InvariantKernelsRebuildTheLiveCacheAndCommandsTakeThemFromTheCache) {
+    // The remedy end to end: with --kernels invariant, a one-shot prefill of the live cache's ids is
+    // the live cache, bit for bit, where torch kernels part bits on this model (the tests above).
+    ASSERT_EQ(run("cache build --model " + model + " --prompt-ids 5,6,7,8,9 --generate 64 --construction live " +
+                  "--dtype bf16 --kernels invariant --out " + f("inv-live"))
+                  .exitCode,
+              0);
+    // --dtype and --kernels come from the cache unless given.
+    ASSERT_EQ(run("cache build --model " + model + " --ids-from " + f("inv-live") +
+                  " --construction prefill --out " + f("inv-prefill"))
+                  .exitCode,
+              0);
+    const auto info = json("cache info " + f("inv-prefill") + " --json");
+    EXPECT_EQ(info["kernels"], "invariant");
+    EXPECT_EQ(info["dtype"], "bf16");
+    EXPECT_EQ(json("cache info " + f("live") + " --json")["kernels"], "torch");
+    auto diff = json("cache diff " + f("inv-live") + " " + f("inv-prefill") + " --json");
+    EXPECT_EQ(diff["bit_exact"], true);
+    // Continuing either gives the same tokens; the cache decides the kernels.
+    EXPECT_EQ(json("continue --model " + model + " --cache " + f("inv-live") + " --max-new-tokens 8 --json")["ids"],
+              json("continue --model " + model + " --cache " + f("inv-prefill") + " --max-new-tokens 8 --json")["ids"]);
+    // Asked for the other kernels, continue refuses and names both.
+    const auto mixed = runCli("continue --model " + model + " --kernels torch --cache " + f("inv-live"));
+    EXPECT_EQ(mixed.exitCode, 2) << mixed.err;
+    EXPECT_NE(mixed.err.find("built with --kernels invariant"), std::string::npos) << mixed.err;
+    EXPECT_NE(mixed.err.find("--kernels torch"), std::string::npos) << mixed.err;
+    // generate takes --kernels too, and the CPU-only kernels refuse another device by name.
+    EXPECT_EQ(run("generate --model " + model + " --prompt-ids 5,6,7 --max-new-tokens 4 --kernels invariant").exitCode,
+              0);
+    const auto cuda = runCli("generate --model " + model + " --prompt-ids 5,6,7 --kernels invariant --device cuda");
+    EXPECT_NE(cuda.exitCode, 0);
+    EXPECT_NE(cuda.err.find("cuda"), std::string::npos) << cuda.err;
+}
+
 TEST_F(CacheCli, RefusalsAreOneLineErrors) {
     auto wrongDtype = runCli("continue --model " + model + " --dtype fp32 --cache " + f("live"));
     EXPECT_NE(wrongDtype.exitCode, 0);

@@ -7,7 +7,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     const std::string path = kvscope::fuzz::writeScratchFile("input.kvcache.safetensors", data, size);
-    kvscope::fuzz::refuseOnlyWithKvscopeErrors([&] { kvscope::savedCacheDtype(path); });
+    kvscope::fuzz::refuseOnlyWithKvscopeErrors([&] { kvscope::savedCacheBuild(path); });
     kvscope::fuzz::refuseOnlyWithKvscopeErrors([&] {
         const auto cache = kvscope::loadCache(path);
         cache.ids();
