@@ -32,27 +32,37 @@ V loadPadded(const Element* p, int64_t n) {
 // out[r * C + c] = dot(x[r], w[c]) over n elements, R x C dot products sharing each load.
 template <typename V, int R, int C, typename Element>
 void dotTile(const float* const* x, const Element* const* w, int64_t n, float* out) {
+    // The R x C accumulators must live in registers: every loop over them is unrolled (GCC keeps
+    // an array indexed in a loop on the stack at -O2, a load and store around every FMA).
     V acc[R][C];
-    for (auto& row : acc)
-        for (auto& a : row) a = V::zero();
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) acc[r][c] = V::zero();
+    auto step = [&](const V* wv, auto loadX) {
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+            const V xv = loadX(r);
+#pragma GCC unroll 8
+            for (int c = 0; c < C; ++c) acc[r][c] = V::fma(xv, wv[c], acc[r][c]);
+        }
+    };
     int64_t i = 0;
     for (; i + kLanes <= n; i += kLanes) {
         V wv[C];
+#pragma GCC unroll 8
         for (int c = 0; c < C; ++c) wv[c] = V::load(w[c] + i);
-        for (int r = 0; r < R; ++r) {
-            const V xv = V::load(x[r] + i);
-            for (int c = 0; c < C; ++c) acc[r][c] = V::fma(xv, wv[c], acc[r][c]);
-        }
+        step(wv, [&](int r) { return V::load(x[r] + i); });
     }
     if (i < n) {
         V wv[C];
+#pragma GCC unroll 8
         for (int c = 0; c < C; ++c) wv[c] = loadPadded<V>(w[c] + i, n - i);
-        for (int r = 0; r < R; ++r) {
-            const V xv = loadPadded<V>(x[r] + i, n - i);
-            for (int c = 0; c < C; ++c) acc[r][c] = V::fma(xv, wv[c], acc[r][c]);
-        }
+        step(wv, [&](int r) { return loadPadded<V>(x[r] + i, n - i); });
     }
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
         for (int c = 0; c < C; ++c) out[r * C + c] = acc[r][c].sum();
 }
 
