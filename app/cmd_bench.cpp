@@ -17,37 +17,71 @@ std::string defaultCacheDir() {
     return "/tmp/kvscope-cache";
 }
 
-void printReport(const BenchReport& r, bool json) {
-    if (json) {
-        nlohmann::json rows = nlohmann::json::array();
-        for (const auto& row : r.rows)
-            rows.push_back({{"dtype", row.dtype},
-                            {"prefill_tokens_per_s", row.prefillTokensPerSecond},
-                            {"decode_tokens_per_s", row.decodeTokensPerSecond},
-                            {"decode_mv_tokens_per_s", row.decodeMatrixVectorTokensPerSecond},
-                            {"weight_bytes_per_token", row.weightBytesPerToken},
-                            {"bandwidth_bound_tokens_per_s", row.boundTokensPerSecond},
-                            {"decode_fraction_of_bound", row.decodeTokensPerSecond / row.boundTokensPerSecond}});
-        std::cout << nlohmann::json{{"model", r.modelDir},
-                                    {"threads", r.threads},
-                                    {"libtorch", r.libtorch},
-                                    {"cpu_features", r.cpuFeatures},
-                                    {"triad_bandwidth_gb_per_s", r.bandwidthBytesPerSecond / 1e9},
-                                    {"rows", rows}}
-                         .dump(2)
-                  << "\n";
-        return;
-    }
-    std::printf("model: %s\nlibtorch: %s\ncpu: %s\nthreads: %d\ntriad bandwidth: %.1f GB/s\n\n", r.modelDir.c_str(),
-                r.libtorch.c_str(), r.cpuFeatures.c_str(), r.threads, r.bandwidthBytesPerSecond / 1e9);
-    std::printf("%-6s %16s %15s %15s %14s %16s %10s\n", "dtype", "prefill tok/s", "decode tok/s", "decode mv",
-                "weights/token", "bound tok/s", "of bound");
+nlohmann::json reportToJson(const BenchReport& r) {
+    nlohmann::json rows = nlohmann::json::array(), kernelRows = nlohmann::json::array();
     for (const auto& row : r.rows)
-        std::printf("%-6s %16.1f %15.2f %15.2f %11.0f MB %16.2f %9.0f%%\n", row.dtype.c_str(),
-                    row.prefillTokensPerSecond, row.decodeTokensPerSecond, row.decodeMatrixVectorTokensPerSecond,
+        rows.push_back({{"dtype", row.dtype},
+                        {"kernels", row.kernels},
+                        {"prefill_tokens_per_s", row.prefillTokensPerSecond},
+                        {"decode_tokens_per_s", row.decodeTokensPerSecond},
+                        {"decode_mv_tokens_per_s", row.decodeMatrixVectorTokensPerSecond},
+                        {"rebuild_tokens_per_s", row.rebuildTokensPerSecond},
+                        {"prefill_over_rebuild", row.prefillTokensPerSecond / row.rebuildTokensPerSecond},
+                        {"weight_bytes_per_token", row.weightBytesPerToken},
+                        {"bandwidth_bound_tokens_per_s", row.boundTokensPerSecond},
+                        {"decode_fraction_of_bound", row.decodeTokensPerSecond / row.boundTokensPerSecond}});
+    for (const auto& k : r.kernelRows)
+        kernelRows.push_back({{"dtype", k.dtype},
+                              {"kernels", k.kernels},
+                              {"shape", k.shape},
+                              {"rows", k.rows},
+                              {"in", k.in},
+                              {"out", k.out},
+                              {"seconds", k.seconds},
+                              {"weight_gb_per_s", k.weightBytesPerSecond / 1e9},
+                              {"gflop_per_s", k.flopsPerSecond / 1e9}});
+    return {{"model", r.modelDir},
+            {"threads", r.threads},
+            {"libtorch", r.libtorch},
+            {"cpu_features", r.cpuFeatures},
+            {"invariant_kernel_path", r.kernelPath},
+            {"read_bandwidth_gb_per_s", r.readBandwidthBytesPerSecond / 1e9},
+            {"triad_bandwidth_gb_per_s", r.triadBandwidthBytesPerSecond / 1e9},
+            {"bound_bandwidth_gb_per_s", r.boundBandwidthBytesPerSecond / 1e9},
+            {"rows", rows},
+            {"kernel_rows", kernelRows}};
+}
+
+void printReport(const BenchReport& r) {
+    std::printf("model: %s\nlibtorch: %s\ncpu: %s\ninvariant kernels: %s path\nthreads: %d\n", r.modelDir.c_str(),
+                r.libtorch.c_str(), r.cpuFeatures.c_str(), r.kernelPath.c_str(), r.threads);
+    std::printf("bandwidth: read %.1f GB/s, triad %.1f GB/s (vectorised, %d threads, best of 5); bound: %.1f GB/s\n\n",
+                r.readBandwidthBytesPerSecond / 1e9, r.triadBandwidthBytesPerSecond / 1e9, r.threads,
+                r.boundBandwidthBytesPerSecond / 1e9);
+    std::printf("%-5s %-9s %12s %12s %10s %12s %9s %10s %12s %9s\n", "dtype", "kernels", "prefill t/s", "decode t/s",
+                "decode mv", "rebuild t/s", "pf/rebld", "weights", "bound t/s", "of bound");
+    for (const auto& row : r.rows) {
+        char mv[32] = "-";  // measured for torch kernels only
+        if (row.decodeMatrixVectorTokensPerSecond > 0)
+            std::snprintf(mv, sizeof mv, "%.2f", row.decodeMatrixVectorTokensPerSecond);
+        std::printf("%-5s %-9s %12.1f %12.2f %10s %12.2f %8.1fx %7.0f MB %12.2f %8.0f%%\n", row.dtype.c_str(),
+                    row.kernels.c_str(), row.prefillTokensPerSecond, row.decodeTokensPerSecond, mv,
+                    row.rebuildTokensPerSecond, row.prefillTokensPerSecond / row.rebuildTokensPerSecond,
                     row.weightBytesPerToken / 1e6, row.boundTokensPerSecond,
                     100.0 * row.decodeTokensPerSecond / row.boundTokensPerSecond);
-    std::printf("\ndecode: transformers' F.linear kernels (the default); decode mv: --decode-kernel mv, same run\n");
+    }
+    std::printf(
+        "\ndecode mv: torch kernels with --decode-kernel mv, same run. rebuild: the prompt's first ids fed one\n"
+        "forward per token (how audit and bridge rebuild torch-kernel trajectories); pf/rebld = prefill over it.\n");
+    if (r.kernelRows.empty()) return;
+    std::printf("\n%-5s %-9s %-10s %5s %7s %7s %10s %10s %10s\n", "dtype", "kernels", "linear", "rows", "in", "out",
+                "ms", "GB/s", "GFLOP/s");
+    for (const auto& k : r.kernelRows)
+        std::printf("%-5s %-9s %-10s %5lld %7lld %7lld %10.3f %10.1f %10.1f\n", k.dtype.c_str(), k.kernels.c_str(),
+                    k.shape.c_str(), static_cast<long long>(k.rows), static_cast<long long>(k.in),
+                    static_cast<long long>(k.out), k.seconds * 1e3, k.weightBytesPerSecond / 1e9,
+                    k.flopsPerSecond / 1e9);
+    std::printf("GB/s: weight bytes read per second (what bounds rows = 1); GFLOP/s: what bounds a prefill.\n");
 }
 
 }  // namespace
@@ -56,17 +90,25 @@ void addBenchCommand(CLI::App& app) {
     struct Options {
         BenchOptions bench;
         std::vector<std::string> dtypes = {"fp32", "bf16"};
+        std::vector<std::string> kernels = {"torch", "invariant"};
         std::string device = "cpu";
         int threads = 0;
-        bool json = false;
+        bool json = false, noKernelFigures = false;
     };
     auto o = std::make_shared<Options>();
-    CLI::App* cmd = app.add_subcommand("bench", "Prefill/decode throughput vs the memory-bandwidth bound");
+    CLI::App* cmd = app.add_subcommand("bench", "Prefill/decode/rebuild throughput vs the memory-bandwidth bound");
     cmd->add_option("--model", o->bench.modelDir, "Model directory (default: a generated Qwen2.5-0.5B-shaped model)");
     cmd->add_option("--cache-dir", o->bench.cacheDir, "Where the generated model is kept (default: ~/.cache/kvscope)");
     cmd->add_option("--prompt-tokens", o->bench.promptTokens, "Prefill length")->check(kPositive);
     cmd->add_option("--decode-tokens", o->bench.decodeTokens, "Timed decode steps")->check(kPositive);
-    cmd->add_option("--dtypes", o->dtypes, "Dtypes to measure")->delimiter(',');
+    cmd->add_option("--rebuild-tokens", o->bench.rebuildTokens, "Ids rebuilt token by token (timed)")->check(kPositive);
+    cmd->add_option("--dtypes", o->dtypes, "Dtypes to measure")
+        ->delimiter(',')
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+    cmd->add_option("--kernels", o->kernels, "Kernel choices to measure, same weights (default: torch,invariant)")
+        ->delimiter(',')
+        ->check(CLI::IsMember({"torch", "invariant"}));
+    cmd->add_flag("--no-kernel-figures", o->noKernelFigures, "Skip the per-shape linear table");
     cmd->add_option("--device", o->device, "cpu, cuda or cuda:N");
     addThreadsOption(cmd, o->threads);
     cmd->add_flag("--json", o->json, "Print the figures as JSON");
@@ -75,10 +117,16 @@ void addBenchCommand(CLI::App& app) {
         if (o->bench.cacheDir.empty()) o->bench.cacheDir = defaultCacheDir();
         o->bench.dtypes.clear();
         for (const auto& d : o->dtypes) o->bench.dtypes.push_back(parseDtype(d));
+        o->bench.kernels.clear();
+        for (const auto& k : o->kernels) o->bench.kernels.push_back(parseKernels(k));
+        o->bench.kernelFigures = !o->noKernelFigures;
         o->bench.device = parseDevice(o->device);
         const auto report =
             runBenchmark(o->bench, [](const std::string& msg) { std::cerr << "bench: " << msg << "\n"; });
-        printReport(report, o->json);
+        if (o->json)
+            std::cout << reportToJson(report).dump(2) << "\n";
+        else
+            printReport(report);
     });
 }
 

@@ -20,8 +20,8 @@ namespace kvscope::experiments {
 const Transformer& ModelPool::get(const std::string& dtype) {
     for (const auto& [name, model] : loaded_)
         if (name == dtype) return *model;
-    loaded_.emplace_back(
-        dtype, std::make_shared<Transformer>(Transformer::load(dir_, parseDtype(dtype), parseDevice(device_), nullptr, numerics_)));
+    loaded_.emplace_back(dtype, std::make_shared<Transformer>(Transformer::load(
+                                    dir_, parseDtype(dtype), parseDevice(device_), nullptr, numerics_)));
     return *loaded_.back().second;
 }
 

@@ -2,6 +2,7 @@
 #include "core/bench/benchmark.h"
 
 #include "core/decode/generator.h"
+#include "core/kernels/invariant_ops.h"
 #include "core/model/random_checkpoint.h"
 #include "core/model/transformer.h"
 #include "core/util/version.h"
@@ -56,34 +57,122 @@ double decodeRate(const Transformer& model, const KvCache& cache, const torch::T
     return static_cast<double>(steps) / secondsSince(t0);
 }
 
+// Forwards per second feeding `ids` one at a time into a fresh cache: how `audit` and `bridge`
+// rebuild a trajectory where only token by token gives the live cache's bits.
+double rebuildRate(const Transformer& model, const std::vector<int64_t>& ids) {
+    KvCache cache = model.newCache(static_cast<int64_t>(ids.size()) + 1);
+    const auto t0 = Clock::now();
+    for (const int64_t id : ids) model.forward({id}, cache);
+    return static_cast<double>(ids.size()) / secondsSince(t0);
+}
+
+// Runs body(t, begin, end) on `threads` plain threads t, one contiguous slice of [0, n) each
+// (n/threads rounded to 64 floats, the probes' step).
+template <typename Body>
+void onSlices(int64_t n, int threads, const Body& body) {
+    std::vector<std::thread> pool;
+    const int64_t slice = (n / threads) / 64 * 64;
+    for (int t = 0; t < threads; ++t)
+        pool.emplace_back([&, t] { body(t, slice * t, t + 1 == threads ? n : slice * (t + 1)); });
+    for (auto& th : pool) th.join();
+}
+
+BenchRow measureRow(const Transformer& model, const std::vector<int64_t>& prompt, const BenchOptions& o,
+                    double boundBytesPerSecond, const std::function<void(const std::string&)>& log) {
+    Generator gen(model);
+    BenchRow row;
+    row.dtype = dtypeName(model.dtype());
+    row.kernels = kernelsName(model.numerics().kernels);
+    const std::string label = row.dtype + ", " + row.kernels + " kernels";
+    row.weightBytesPerToken = weightBytesPerDecodeStep(model);
+    row.boundTokensPerSecond = boundBytesPerSecond / row.weightBytesPerToken;
+    {  // warm-up: first-touch allocation and kernel selection
+        KvCache warm = model.newCache(64);
+        const int64_t n = std::min<int64_t>(16, static_cast<int64_t>(prompt.size()));
+        gen.prefill(std::vector<int64_t>(prompt.begin(), prompt.begin() + n), warm);
+    }
+    log("prefill " + std::to_string(prompt.size()) + " tokens (" + label + ")");
+    KvCache cache = model.newCache(o.promptTokens + o.decodeTokens + 2);
+    const auto t0 = Clock::now();
+    const torch::Tensor logits = gen.prefill(prompt, cache);
+    row.prefillSeconds = secondsSince(t0);
+    row.prefillTokensPerSecond = static_cast<double>(prompt.size()) / row.prefillSeconds;
+
+    log("decode " + std::to_string(o.decodeTokens) + " tokens (" + label + ")");
+    row.decodeTokensPerSecond = decodeRate(model, cache, logits, o.decodeTokens);
+    if (model.numerics().kernels == Kernels::Torch) {
+        Numerics matrixVector;
+        matrixVector.matrixVectorDecode = true;  // the same weight tensors, other decode kernels
+        const Transformer mv(model.config(), model.weights(), model.dtype(), model.device(), matrixVector);
+        row.decodeMatrixVectorTokensPerSecond = decodeRate(mv, cache, logits, o.decodeTokens);
+    }
+    const int64_t rebuilt = std::min<int64_t>(o.rebuildTokens, static_cast<int64_t>(prompt.size()));
+    log("rebuild " + std::to_string(rebuilt) + " ids token by token (" + label + ")");
+    row.rebuildTokensPerSecond = rebuildRate(model, std::vector<int64_t>(prompt.begin(), prompt.begin() + rebuilt));
+    return row;
+}
+
+// The model's linear shapes, each timed alone: best of a few calls after one warm-up call.
+std::vector<KernelRow> measureKernels(const Transformer& model, int64_t prefillRows) {
+    const LayerWeights& l = model.weights().layers.front();
+    const std::vector<std::pair<std::string, torch::Tensor>> shapes = {
+        {"q_proj", l.wq},       {"k_proj", l.wk},       {"o_proj", l.wo},
+        {"gate_proj", l.wGate}, {"down_proj", l.wDown}, {"lm_head", model.weights().lmHead}};
+    std::vector<KernelRow> rows;
+    for (const int64_t n : {int64_t{1}, prefillRows}) {
+        for (const auto& [name, w] : shapes) {
+            if (name == "lm_head" && n > 1) continue;  // a prefill computes the last row's logits only
+            const torch::Tensor x = torch::randn({n, w.size(1)}).to(model.dtype());
+            KernelRow row;
+            row.dtype = dtypeName(model.dtype());
+            row.kernels = kernelsName(model.numerics().kernels);
+            row.shape = name;
+            row.rows = n, row.in = w.size(1), row.out = w.size(0);
+            auto call = [&] {
+                return model.numerics().kernels == Kernels::Invariant ? kernels::linear(x, w, {}, model.dtype())
+                                                                      : torch::linear(x, w);
+            };
+            call();
+            row.seconds = 1e30;
+            const int calls = n == 1 ? 20 : 3;
+            for (int i = 0; i < calls; ++i) {
+                const auto t0 = Clock::now();
+                call();
+                row.seconds = std::min(row.seconds, secondsSince(t0));
+            }
+            row.weightBytesPerSecond = static_cast<double>(w.numel() * w.element_size()) / row.seconds;
+            row.flopsPerSecond = 2.0 * static_cast<double>(n * row.in * row.out) / row.seconds;
+            rows.push_back(row);
+        }
+    }
+    return rows;
+}
+
 }  // namespace
 
-double measureTriadBandwidth(std::size_t bytesPerArray, int passes) {
-    // Plain threads, one contiguous slice each, as many as libtorch uses: the same cores a decode
-    // step has. Counted the STREAM way: two arrays read, one written.
-    const int64_t n = static_cast<int64_t>(bytesPerArray / sizeof(float));
+Bandwidth measureBandwidth(std::size_t bytesPerArray, int passes) {
+    const int64_t n = static_cast<int64_t>(bytesPerArray / sizeof(float)) / 64 * 64;
     const int threads = std::max(1, at::get_num_threads());
+    const kernels::Isa isa = kernels::bestIsa();
     std::unique_ptr<float[]> a(new float[n]), b(new float[n]), c(new float[n]);
-    auto forEachSlice = [&](auto&& body) {
-        std::vector<std::thread> pool;
-        for (int t = 0; t < threads; ++t) pool.emplace_back([&, t] { body(n * t / threads, n * (t + 1) / threads); });
-        for (auto& th : pool) th.join();
-    };
-    forEachSlice([&](int64_t lo, int64_t hi) {  // first touch from the thread that will stream it
+    onSlices(n, threads, [&](int, int64_t lo, int64_t hi) {  // first touch from the thread that will stream it
         for (int64_t i = lo; i < hi; ++i) a[i] = 0.f, b[i] = 1.f, c[i] = 2.f;
     });
-    double best = 0;
+    Bandwidth best;
+    std::vector<float> sinks(static_cast<std::size_t>(threads));
     for (int p = 0; p < passes; ++p) {
-        const auto t0 = Clock::now();
-        forEachSlice([&](int64_t lo, int64_t hi) {
-            float* __restrict pa = a.get();
-            const float* __restrict pb = b.get();
-            const float* __restrict pc = c.get();
-            for (int64_t i = lo; i < hi; ++i) pa[i] = pb[i] + 3.0f * pc[i];
+        auto t0 = Clock::now();
+        onSlices(n, threads, [&](int, int64_t lo, int64_t hi) {
+            kernels::triad(isa, a.get() + lo, b.get() + lo, c.get() + lo, 3.0f, hi - lo);
         });
-        best = std::max(best, 3.0 * static_cast<double>(bytesPerArray) / secondsSince(t0));
+        best.triad = std::max(best.triad, 3.0 * static_cast<double>(n) * sizeof(float) / secondsSince(t0));
+        t0 = Clock::now();
+        onSlices(n, threads, [&](int t, int64_t lo, int64_t hi) {
+            sinks[static_cast<std::size_t>(t)] = kernels::readAll(isa, b.get() + lo, hi - lo);
+        });
+        best.read = std::max(best.read, static_cast<double>(n) * sizeof(float) / secondsSince(t0));
     }
-    volatile float sink = a[n / 2];  // keep the stores observable
+    volatile float sink = a[n / 2] + sinks[0];  // keep the stores and sums observable
     (void)sink;
     return best;
 }
@@ -94,38 +183,30 @@ BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const s
     report.threads = at::get_num_threads();
     report.libtorch = libtorchVersion() + " (" + libtorchLibraryPath() + ")";
     report.cpuFeatures = cpuVectorFeatures();
-    log("measuring memory bandwidth (triad)");
-    report.bandwidthBytesPerSecond = measureTriadBandwidth();
+    report.kernelPath = kernels::isaName(kernels::bestIsa());
+    log("measuring memory bandwidth (read and triad, " + std::to_string(report.threads) + " threads)");
+    const Bandwidth bandwidth = measureBandwidth();
+    report.readBandwidthBytesPerSecond = bandwidth.read;
+    report.triadBandwidthBytesPerSecond = bandwidth.triad;
+    report.boundBandwidthBytesPerSecond = std::max(bandwidth.read, bandwidth.triad);
 
-    std::vector<int64_t> prompt;
-    for (int64_t i = 0; i < o.promptTokens; ++i) prompt.push_back((i * 7919 + 13) % 5000 + 300);
-    for (auto dtype : o.dtypes) {
+    for (const auto dtype : o.dtypes) {
         log("loading the model in " + dtypeName(dtype));
-        Transformer model = Transformer::load(report.modelDir, dtype, o.device);
-        Generator gen(model);
-        BenchRow row;
-        row.dtype = dtypeName(dtype);
-        row.weightBytesPerToken = weightBytesPerDecodeStep(model);
-        row.boundTokensPerSecond = report.bandwidthBytesPerSecond / row.weightBytesPerToken;
-
-        {  // warm-up: first-touch allocation and kernel selection
-            KvCache warm = model.newCache(64);
-            gen.prefill(std::vector<int64_t>(prompt.begin(), prompt.begin() + 16), warm);
+        const Transformer loaded = Transformer::load(report.modelDir, dtype, o.device);
+        // Spread over the vocabulary, like text (the values do not change the work a forward does).
+        std::vector<int64_t> prompt;
+        const int64_t vocab = loaded.config().vocabSize;
+        for (int64_t i = 0; i < o.promptTokens; ++i) prompt.push_back((i * 7919 + 13) % vocab);
+        for (const Kernels k : o.kernels) {
+            Numerics numerics;
+            numerics.kernels = k;  // the same weight tensors under each kernel choice
+            const Transformer model(loaded.config(), loaded.weights(), dtype, o.device, numerics);
+            report.rows.push_back(measureRow(model, prompt, o, report.boundBandwidthBytesPerSecond, log));
+            if (o.kernelFigures) {
+                log("kernel figures (" + dtypeName(dtype) + ", " + kernelsName(k) + ")");
+                for (const auto& row : measureKernels(model, o.promptTokens)) report.kernelRows.push_back(row);
+            }
         }
-        log("prefill " + std::to_string(o.promptTokens) + " tokens (" + row.dtype + ")");
-        KvCache cache = model.newCache(o.promptTokens + o.decodeTokens + 1);
-        auto t0 = Clock::now();
-        torch::Tensor logits = gen.prefill(prompt, cache);
-        row.prefillSeconds = secondsSince(t0);
-        row.prefillTokensPerSecond = static_cast<double>(o.promptTokens) / row.prefillSeconds;
-
-        log("decode " + std::to_string(o.decodeTokens) + " tokens (" + row.dtype + "), linear then mv kernels");
-        row.decodeTokensPerSecond = decodeRate(model, cache, logits, o.decodeTokens);
-        Numerics matrixVector;
-        matrixVector.matrixVectorDecode = true;  // the same weight tensors, other decode kernels
-        const Transformer fast(model.config(), model.weights(), dtype, o.device, matrixVector);
-        row.decodeMatrixVectorTokensPerSecond = decodeRate(fast, cache, logits, o.decodeTokens);
-        report.rows.push_back(row);
     }
     return report;
 }

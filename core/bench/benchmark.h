@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// `kvscope bench`: prefill and decode throughput on a Qwen2.5-0.5B-shaped model, next to the decode
-// rate this machine's memory bandwidth allows, all measured in the same run.
+// `kvscope bench`: prefill, decode and token-by-token rebuild throughput on a Qwen2.5-0.5B-shaped
+// model for each dtype and kernel choice, next to the decode rate this machine's memory bandwidth
+// allows, and per-shape kernel figures; everything measured in the same run, so ratios compare.
+#include "core/model/numerics.h"
+
 #include <torch/types.h>
 
 #include <functional>
@@ -15,30 +18,52 @@ struct BenchOptions {
     std::string cacheDir;          // where the generated model is kept between runs
     int64_t promptTokens = 512;
     int64_t decodeTokens = 32;
+    int64_t rebuildTokens = 32;    // ids rebuilt token by token (a sample of the prompt's first ones)
     std::vector<torch::ScalarType> dtypes = {torch::kFloat32, torch::kBFloat16};
+    std::vector<Kernels> kernels = {Kernels::Torch, Kernels::Invariant};
+    bool kernelFigures = true;     // the per-shape linear table
     torch::Device device = torch::kCPU;
 };
 
 struct BenchRow {
-    std::string dtype;
+    std::string dtype, kernels;
     double prefillSeconds = 0, prefillTokensPerSecond = 0;
-    double decodeTokensPerSecond = 0;  // transformers' kernels (the default numerics)
-    double decodeMatrixVectorTokensPerSecond = 0;  // --decode-kernel mv, the same steps
-    double weightBytesPerToken = 0;    // bytes of weights one decode step must read
-    double boundTokensPerSecond = 0;   // bandwidth / weightBytesPerToken
+    double decodeTokensPerSecond = 0;
+    double decodeMatrixVectorTokensPerSecond = 0;  // torch kernels with --decode-kernel mv; 0 otherwise
+    double rebuildTokensPerSecond = 0;   // the prompt's first ids fed one forward per token
+    double weightBytesPerToken = 0;      // bytes of weights one decode step must read
+    double boundTokensPerSecond = 0;     // bandwidth / weightBytesPerToken
+};
+
+// One linear layer's shape of the model, timed alone: rows = 1 is a decode step (reported as weight
+// bytes per second), rows = promptTokens a prefill (reported as FLOP per second).
+struct KernelRow {
+    std::string dtype, kernels, shape;
+    int64_t rows = 0, in = 0, out = 0;
+    double seconds = 0;
+    double weightBytesPerSecond = 0, flopsPerSecond = 0;
 };
 
 struct BenchReport {
     std::string modelDir;
     std::string libtorch;                // version and the library file actually loaded
     std::string cpuFeatures;             // the vector extensions that decide kernels (and bits)
-    double bandwidthBytesPerSecond = 0;  // triad, best of several passes
+    std::string kernelPath;              // the invariant kernels' instruction set here
+    double readBandwidthBytesPerSecond = 0;   // vectorised read of one large array, best of passes
+    double triadBandwidthBytesPerSecond = 0;  // STREAM triad, best of passes
+    double boundBandwidthBytesPerSecond = 0;  // the larger: what a decode step can at best stream
     int threads = 0;
     std::vector<BenchRow> rows;
+    std::vector<KernelRow> kernelRows;
 };
 
-// STREAM-style triad a[i] = b[i] + s*c[i] over arrays far larger than the caches; counts 3 arrays.
-double measureTriadBandwidth(std::size_t bytesPerArray = 256u << 20, int passes = 5);
+struct Bandwidth {
+    double read = 0, triad = 0;  // bytes per second
+};
+// STREAM's method: arrays far larger than the caches (256 MB each), first touched and then streamed
+// by as many threads as libtorch computes with, each its own slice, vectorised loops, best of
+// `passes`. Triad counts two arrays read and one written; read counts one array.
+Bandwidth measureBandwidth(std::size_t bytesPerArray = 256u << 20, int passes = 5);
 
 BenchReport runBenchmark(const BenchOptions& options, const std::function<void(const std::string&)>& log);
 

@@ -56,9 +56,10 @@ void checkCacheMetadata(const Metadata& meta, const std::string& path) {
         throw FormatError(path + ": KV cache format_version " + field("format_version") +
                           " is not supported (expected 2)");
     if (metadataSeal(meta) != field("metadata_seal"))
-        throw FormatError(path +
-                          ": KV cache metadata (model_fingerprint, prompt_length, construction, kernels, ids or "
-                          "logits fingerprint) was changed after the cache was written: it no longer matches metadata_seal");
+        throw FormatError(
+            path +
+            ": KV cache metadata (model_fingerprint, prompt_length, construction, kernels, ids or "
+            "logits fingerprint) was changed after the cache was written: it no longer matches metadata_seal");
 }
 
 Kernels savedKernels(const Metadata& meta, const std::string& path) {

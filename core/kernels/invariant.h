@@ -28,10 +28,10 @@ const char* isaName(Isa isa);  // "scalar", "avx2", "avx512"
 
 // y[r * yStride + o] = dot(x[r], w[o]) for rows [0, rows) and outputs [o0, o1). x: [rows, in] fp32;
 // w: [out, in] fp32, or bf16 as raw uint16 bits.
-void linear(Isa isa, const float* x, int64_t rows, int64_t in, const float* w, float* y, int64_t yStride,
-            int64_t o0, int64_t o1);
-void linear(Isa isa, const float* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride,
-            int64_t o0, int64_t o1);
+void linear(Isa isa, const float* x, int64_t rows, int64_t in, const float* w, float* y, int64_t yStride, int64_t o0,
+            int64_t o1);
+void linear(Isa isa, const float* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0,
+            int64_t o1);
 
 // Causal attention over a KV cache, for the (query row, head) pairs [begin, end) of
 // [S rows x Q heads], pair index = row * Q + head.
@@ -53,5 +53,10 @@ void attention(Isa isa, const AttentionArgs<uint16_t>& args, int64_t begin, int6
 
 // sum_i x[i]^2 in the fixed order above (RMSNorm's statistic).
 float sumOfSquares(Isa isa, const float* x, int64_t n);
+
+// Memory-bandwidth probes for `kvscope bench`, vectorised like the kernels they bound (a plain C++
+// loop compiles to scalar code at -O2 and under-reads the machine). n: a multiple of 64.
+void triad(Isa isa, float* a, const float* b, const float* c, float s, int64_t n);  // a = b + s * c
+float readAll(Isa isa, const float* x, int64_t n);  // reads x once (four independent sums)
 
 }  // namespace kvscope::kernels

@@ -52,6 +52,8 @@ void attention(const AttentionArgs<uint16_t>& a, int64_t begin, int64_t end, flo
     impl::attention<Avx512Vec>(a, begin, end, scores);
 }
 float sumOfSquares(const float* x, int64_t n) { return impl::sumOfSquares<Avx512Vec>(x, n); }
+void triad(float* a, const float* b, const float* c, float s, int64_t n) { impl::triad<Avx512Vec>(a, b, c, s, n); }
+float readAll(const float* x, int64_t n) { return impl::readAll<Avx512Vec>(x, n); }
 }  // namespace avx512
 
 }  // namespace kvscope::kernels

@@ -93,8 +93,10 @@ void linearTiles(const float* x, int64_t rows, int64_t in, const Element* w, flo
 template <typename V, typename Element>
 void linear(const float* x, int64_t rows, int64_t in, const Element* w, float* y, int64_t yStride, int64_t o0,
             int64_t o1) {
-    if (rows >= V::kRows) linearTiles<V, V::kRows, V::kCols>(x, rows, in, w, y, yStride, o0, o1);
-    else linearTiles<V, 1, V::kDecodeCols>(x, rows, in, w, y, yStride, o0, o1);  // a decode step's one row
+    if (rows >= V::kRows)
+        linearTiles<V, V::kRows, V::kCols>(x, rows, in, w, y, yStride, o0, o1);
+    else
+        linearTiles<V, 1, V::kDecodeCols>(x, rows, in, w, y, yStride, o0, o1);  // a decode step's one row
 }
 
 // One (query row, head) pair: scores over keys 0..p, softmax (max, then exp and sum in key order),
@@ -139,6 +141,22 @@ void attentionOne(const AttentionArgs<Element>& a, int64_t s, int64_t h, float* 
 template <typename V, typename Element>
 void attention(const AttentionArgs<Element>& a, int64_t begin, int64_t end, float* scores) {
     for (int64_t pair = begin; pair < end; ++pair) attentionOne<V>(a, pair / a.Q, pair % a.Q, scores);
+}
+
+template <typename V>
+void triad(float* a, const float* b, const float* c, float s, int64_t n) {
+    const V scale = V::broadcast(s);
+    for (int64_t i = 0; i < n; i += kLanes) V::fma(scale, V::load(c + i), V::load(b + i)).store(a + i);
+}
+
+template <typename V>
+float readAll(const float* x, int64_t n) {
+    const V one = V::broadcast(1.0f);
+    V acc[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
+    for (int64_t i = 0; i < n; i += 4 * kLanes)
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) acc[k] = V::fma(V::load(x + i + k * kLanes), one, acc[k]);
+    return acc[0].sum() + acc[1].sum() + acc[2].sum() + acc[3].sum();
 }
 
 template <typename V>

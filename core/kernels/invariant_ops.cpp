@@ -27,8 +27,8 @@ void parallel(int64_t n, int64_t grain, const Work& work) {
 
 }  // namespace
 
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
-                     torch::ScalarType outType, Isa isa) {
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, torch::ScalarType outType,
+                     Isa isa) {
     requireCpuFloat(x, "a linear layer's input");
     requireCpuFloat(w, "a weight");
     const int64_t S = x.size(0), in = x.size(1), out = w.size(0);
@@ -60,7 +60,8 @@ torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, doubl
     float* sp = scale.data_ptr<float>();
     parallel(rows, 16, [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r)
-            sp[r] = 1.0f / std::sqrt(sumOfSquares(isa, xp + r * n, n) / static_cast<float>(n) + static_cast<float>(eps));
+            sp[r] =
+                1.0f / std::sqrt(sumOfSquares(isa, xp + r * n, n) / static_cast<float>(n) + static_cast<float>(eps));
     });
     const torch::Tensor normed = (xf * scale).to(x.scalar_type()).view(x.sizes());          // like x
     return weight * normed;
@@ -122,8 +123,10 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& keys, const
             kernels::attention(isa, a, begin, end, scores.data());
         });
     };
-    if (keys.scalar_type() == torch::kBFloat16) run(uint16_t{});
-    else run(float{});
+    if (keys.scalar_type() == torch::kBFloat16)
+        run(uint16_t{});
+    else
+        run(float{});
     return out.view({S, Q * D}).to(q.scalar_type());
 }
 

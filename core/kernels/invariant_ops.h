@@ -17,15 +17,15 @@
 namespace kvscope::kernels {
 
 // x: [S, in]  w: [out, in]  b: [out] or undefined  ->  [S, out] in `outType`
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
-                     torch::ScalarType outType, Isa isa = bestIsa());
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, torch::ScalarType outType,
+                     Isa isa = bestIsa());
 // x: [..., n]  weight: [n]  ->  like x. weight * cast(x * rsqrt(mean(x^2) + eps)), as HF's RMSNorm.
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps, Isa isa = bestIsa());
 // x: [S, heads, D]  invFreq: [D/2] fp32  ->  rotated at positions [start, start+S) (rotate-half)
 torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& invFreq, int64_t start);
 // q: [S, Q, D] (after RoPE)  keys, values: [KV, T, D] views of the cache (T = start + S)  ->  [S, Q*D]
-torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& keys, const torch::Tensor& values,
-                        int64_t start, Isa isa = bestIsa());
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& keys, const torch::Tensor& values, int64_t start,
+                        Isa isa = bestIsa());
 // gate, up: [S, I]  ->  cast(silu(gate) * up)
 torch::Tensor siluGate(const torch::Tensor& gate, const torch::Tensor& up);
 

@@ -65,6 +65,8 @@ void attention(const AttentionArgs<uint16_t>& a, int64_t begin, int64_t end, flo
     impl::attention<ScalarVec>(a, begin, end, scores);
 }
 float sumOfSquares(const float* x, int64_t n) { return impl::sumOfSquares<ScalarVec>(x, n); }
+void triad(float* a, const float* b, const float* c, float s, int64_t n) { impl::triad<ScalarVec>(a, b, c, s, n); }
+float readAll(const float* x, int64_t n) { return impl::readAll<ScalarVec>(x, n); }
 }  // namespace scalar
 
 }  // namespace kvscope::kernels

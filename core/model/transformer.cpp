@@ -114,7 +114,8 @@ Transformer::Transformer(ModelConfig config, Weights weights, torch::ScalarType 
     : config_(std::move(config)), weights_(std::move(weights)), dtype_(dtype), device_(device), numerics_(numerics),
       fingerprint_(std::make_shared<FingerprintMemo>()) {
     if (invariant() && !device_.is_cpu())
-        throw UsageError("--kernels invariant runs on the CPU only (its kernels are kvscope's own C++); use --device cpu");
+        throw UsageError(
+            "--kernels invariant runs on the CPU only (its kernels are kvscope's own C++); use --device cpu");
     if (invariant() && numerics_.matrixVectorDecode)
         throw UsageError("--decode-kernel mv applies to --kernels torch only (invariant kernels have one decode path)");
     invFreq_ = ropeInverseFrequencies(config_).to(device_);
@@ -385,7 +386,8 @@ torch::Tensor Transformer::invariantAttention(int64_t l, const torch::Tensor& x,
     observe(observer, l, "rope_k", k, 1);
     span.cache->write(l, k, v);
     const int64_t T = span.start + S;
-    torch::Tensor out = kernels::attention(q, span.cache->keys(l, T), span.cache->values(l, T), span.start);  // [S, Q*D]
+    torch::Tensor out =
+        kernels::attention(q, span.cache->keys(l, T), span.cache->values(l, T), span.start);  // [S, Q*D]
     observe(observer, l, "attn_output", out);
     torch::Tensor projected = project(out, lw.wo);                                        // [S, H]
     observe(observer, l, "o_proj", projected);

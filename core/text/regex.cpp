@@ -89,11 +89,15 @@ std::optional<std::string> Regex::lastMatch(const std::string& text) const {
     uint32_t groups = 0;
     pcre2_pattern_info(code_->code, PCRE2_INFO_CAPTURECOUNT, &groups);
     std::optional<std::string> last;
-    visitMatches(code_->code, text, description_, [&](std::size_t begin, std::size_t end, const PCRE2_SIZE* ov, int set) {
-        if (groups == 0) last = text.substr(begin, end - begin);
-        else if (set > 1 && ov[2] != PCRE2_UNSET) last = text.substr(ov[2], ov[3] - ov[2]);
-        else last = std::string();  // group 1 took no part in this match
-    });
+    visitMatches(code_->code, text, description_,
+                 [&](std::size_t begin, std::size_t end, const PCRE2_SIZE* ov, int set) {
+                     if (groups == 0)
+                         last = text.substr(begin, end - begin);
+                     else if (set > 1 && ov[2] != PCRE2_UNSET)
+                         last = text.substr(ov[2], ov[3] - ov[2]);
+                     else
+                         last = std::string();  // group 1 took no part in this match
+                 });
     return last;
 }
 

@@ -136,8 +136,8 @@ TEST_F(CacheCli, InvariantKernelsRebuildTheLiveCacheAndCommandsTakeThemFromTheCa
                   .exitCode,
               0);
     // --dtype and --kernels come from the cache unless given.
-    ASSERT_EQ(run("cache build --model " + model + " --ids-from " + f("inv-live") +
-                  " --construction prefill --out " + f("inv-prefill"))
+    ASSERT_EQ(run("cache build --model " + model + " --ids-from " + f("inv-live") + " --construction prefill --out " +
+                  f("inv-prefill"))
                   .exitCode,
               0);
     const auto info = json("cache info " + f("inv-prefill") + " --json");

@@ -39,6 +39,38 @@ TEST(Cli, HelpExistsForEveryCommand) {
     }
 }
 
+TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
+    // The figures are not checked (a benchmark, not a timed test): the keys, the rows, that a prompt
+    // shorter than the old fixed 16-token warm-up runs, and that --threads 1 is what it reports.
+    auto r = runCli("bench --model " + model() +
+                    " --prompt-tokens 5 --decode-tokens 2 --rebuild-tokens 3 --threads 1 --json");
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["threads"], 1);
+    for (const char* key : {"read_bandwidth_gb_per_s", "triad_bandwidth_gb_per_s", "bound_bandwidth_gb_per_s"})
+        EXPECT_GT(j[key].get<double>(), 0.0) << key;
+    EXPECT_EQ(j["bound_bandwidth_gb_per_s"].get<double>(),
+              std::max(j["read_bandwidth_gb_per_s"].get<double>(), j["triad_bandwidth_gb_per_s"].get<double>()));
+    ASSERT_EQ(j["rows"].size(), 4u);  // fp32, bf16 x torch, invariant
+    for (const auto& row : j["rows"]) {
+        for (const char* key : {"prefill_tokens_per_s", "decode_tokens_per_s", "rebuild_tokens_per_s",
+                                "bandwidth_bound_tokens_per_s", "decode_fraction_of_bound", "prefill_over_rebuild"})
+            EXPECT_GT(row[key].get<double>(), 0.0) << key << " " << row.dump();
+        EXPECT_EQ(row["decode_mv_tokens_per_s"].get<double>() > 0, row["kernels"] == "torch") << row.dump();
+    }
+    // Six shapes at one row and five (no lm_head) at the prompt's rows, for each of the four rows above.
+    EXPECT_EQ(j["kernel_rows"].size(), 4u * 11u);
+    const auto only =
+        runCli("bench --model " + model() +
+               " --prompt-tokens 4 --decode-tokens 1 --rebuild-tokens 1 --dtypes bf16 --kernels invariant "
+               "--no-kernel-figures --json");
+    ASSERT_EQ(only.exitCode, 0) << only.err;
+    const auto k = nlohmann::json::parse(only.out);
+    ASSERT_EQ(k["rows"].size(), 1u);
+    EXPECT_EQ(k["rows"][0]["kernels"], "invariant");
+    EXPECT_TRUE(k["kernel_rows"].empty());
+}
+
 TEST(Cli, GenerateJsonHasTheDocumentedKeys) {
     auto r = runCli("generate --model " + model() + " --prompt 'The model thinks' --max-new-tokens 6 --json");
     ASSERT_EQ(r.exitCode, 0) << r.err;

@@ -119,7 +119,8 @@ TEST_P(Constructions, InvariantKernelsStayCloseToTorchKernels) {
     Transformer invariant = Transformer::load(dir, torch::kFloat32, torch::kCPU, nullptr, numerics);
     EXPECT_NE(torchKernels.fingerprint(), invariant.fingerprint());  // a cache of one is refused by the other
     KvCache a = torchKernels.newCache(), b = invariant.newCache();
-    const torch::Tensor la = torchKernels.forward(kPrompt, a, Logits::All), lb = invariant.forward(kPrompt, b, Logits::All);
+    const torch::Tensor la = torchKernels.forward(kPrompt, a, Logits::All),
+                        lb = invariant.forward(kPrompt, b, Logits::All);
     EXPECT_LT((la - lb).abs().max().item<double>(), 1e-4);
     for (int64_t l = 0; l < a.numLayers(); ++l)
         EXPECT_LT((a.layerKeys(l) - b.layerKeys(l)).abs().max().item<double>(), 1e-4) << "layer " << l;

@@ -112,9 +112,9 @@ TEST(InvariantKernels, ResultsDoNotDependOnTheThreadCount) {
     const torch::Tensor kv = randomTensor({2, 9, 32}, torch::kBFloat16);
     const torch::Tensor invFreq = torch::rand({16});
     auto compute = [&] {
-        return std::vector<torch::Tensor>{kernels::linear(x, w, {}, torch::kBFloat16),
-                                          kernels::rmsNorm(x, x[0], 1e-5), kernels::attention(q, kv, kv, 0),
-                                          kernels::siluGate(x, x), kernels::rope(q, invFreq, 3)};
+        return std::vector<torch::Tensor>{kernels::linear(x, w, {}, torch::kBFloat16), kernels::rmsNorm(x, x[0], 1e-5),
+                                          kernels::attention(q, kv, kv, 0), kernels::siluGate(x, x),
+                                          kernels::rope(q, invFreq, 3)};
     };
     at::set_num_threads(1);
     const auto one = compute();
