@@ -72,6 +72,7 @@ void addRun(CLI::App& app) {
 void addReport(CLI::App& app) {
     struct Options {
         std::string ledger, run, format = "md", out;
+        bool compare = false;
     };
     auto o = std::make_shared<Options>();
     CLI::App* cmd = app.add_subcommand("report", "Print and write the study's tables for a ledger run");
@@ -79,8 +80,20 @@ void addReport(CLI::App& app) {
     cmd->add_option("--run", o->run, "Run id (default: the newest)");
     cmd->add_option("--format", o->format, "md, json or csv (per item)")->check(CLI::IsMember({"md", "json", "csv"}));
     cmd->add_option("--out", o->out, "Also write report.md, report.json and items.csv into this folder");
+    cmd->add_flag("--compare", o->compare,
+                  "Every run in the ledger side by side, oldest first (e.g. torch vs invariant kernels); md or json")
+        ->excludes("--run");
     cmd->callback([o] {
         const Ledger ledger(o->ledger, LedgerAccess::ReadOnly);
+        if (o->compare) {
+            if (o->format == "csv" || !o->out.empty()) throw UsageError("--compare prints md or json only");
+            std::vector<nlohmann::json> reports;
+            for (const RunInfo& r : ledger.runs()) reports.push_back(buildReport(ledger.items(r.runId), r));
+            if (reports.empty()) throw UsageError(o->ledger + " holds no run");
+            const nlohmann::json comparison = comparisonReport(reports);
+            std::cout << (o->format == "json" ? comparison.dump(2) + "\n" : comparisonMarkdown(comparison));
+            return;
+        }
         const std::string runId = chooseRun(ledger, o->run);
         const auto items = ledger.items(runId);
         const nlohmann::json report = buildReport(items, ledger.run(runId));
@@ -99,9 +112,13 @@ void addAudit(CLI::App& app) {
         std::string ledger, run, model, dataset;
         int64_t limit = -1;
         int threads = 0;
+        bool full = false;
     };
     auto o = std::make_shared<Options>();
     CLI::App* cmd = app.add_subcommand("audit", "Replay a ledger run and check every token id and fingerprint");
+    cmd->add_flag("--full", o->full,
+                  "Runs made with invariant kernels: replay every protocol token by token, as for torch kernels, "
+                  "instead of checking each trajectory by one forward");
     cmd->add_option("ledger", o->ledger, "Ledger file")->required()->check(CLI::ExistingFile);
     cmd->add_option("--run", o->run, "Run id (default: the newest)");
     cmd->add_option("--model", o->model, "Model directory, if it moved since the run");
@@ -124,10 +141,17 @@ void addAudit(CLI::App& app) {
         ItemContext ctx{config, tokenizer, [&](const std::string& d) -> const Transformer& { return models.get(d); },
                         ""};
         const auto dataset = loadDataset(config.datasetPath);
+        const AuditDepth depth = o->full ? AuditDepth::Full : AuditDepth::Auto;
+        std::cout << "audit: "
+                  << (auditsAtPrefillSpeed(config, depth)
+                          ? "invariant kernels: each trajectory checked by one forward, boundary caches by one "
+                            "prefill (protocol results not recomputed; --full replays them)"
+                          : "every protocol replayed token by token")
+                  << "\n";
         int64_t checked = 0, reproduced = 0;
         for (const ItemRecord& stored : ledger.items(run.runId)) {
             if (o->limit >= 0 && checked >= o->limit) break;
-            const auto mismatches = auditItem(ctx, dataset.at(static_cast<std::size_t>(stored.index)), stored);
+            const auto mismatches = auditItem(ctx, dataset.at(static_cast<std::size_t>(stored.index)), stored, depth);
             ++checked;
             if (mismatches.empty()) ++reproduced;
             for (const auto& m : mismatches) std::cout << "item " << stored.itemId << ": " << m << "\n";

@@ -8,6 +8,7 @@
 #include "core/util/error.h"
 #include "core/util/file_names.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 
@@ -286,9 +287,11 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
     const bool divergent = liveSide.suffix.ids != prefillSide.suffix.ids;
 
     if (c.runs("matched")) rec.results["matched"] = runMatched(ctx, item, p, liveSide, prefillSide);
-    if (c.runs("bridge")) {
-        const KvCache inc = buildCache(m, p.ids, Construction::parse("incremental"), P);
-        rec.results["bridge"] = {{"exact", fingerprintCache(inc).overall == rec.fingerprints["live_cache"]}};
+    if (c.runs("bridge")) {  // the faithful rebuild: token by token with torch kernels, one forward with invariant ones
+        const Construction rebuild = Construction::parse(c.kernels == Kernels::Invariant ? "prefill" : "incremental");
+        const KvCache rebuilt = buildCache(m, p.ids, rebuild, P);
+        rec.results["bridge"] = {{"exact", fingerprintCache(rebuilt).overall == rec.fingerprints["live_cache"]},
+                                 {"construction", rebuilt.construction()}};
     }
     if (c.runs("fixed_prefix_2x2")) rec.results["fixed_prefix_2x2"] = runFixedPrefix2x2(ctx, p);
     if (c.runs("transplant") && divergent && selectedForTransplant(c, item.id))
@@ -316,7 +319,92 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
     return rec;
 }
 
-std::vector<std::string> auditItem(const ItemContext& ctx, const DatasetItem& item, const ItemRecord& stored) {
+namespace {
+
+// True when a decode that has produced `generated` (after `context` tokens) stops there.
+bool stopsAfter(const ItemContext& ctx, const Transformer& m, const std::vector<int64_t>& generated, int64_t context,
+                int64_t budget) {
+    const StopRules stops = stopRules(ctx, m, budget);
+    const int64_t n = static_cast<int64_t>(generated.size());
+    const bool eos = std::find(stops.eosIds.begin(), stops.eosIds.end(), generated.back()) != stops.eosIds.end();
+    bool stopString = false;
+    if (!stops.stopStrings.empty()) {
+        const std::string text = ctx.tokenizer.decode(generated);
+        for (const auto& s : stops.stopStrings)
+            stopString = stopString || (!s.empty() && text.find(s) != std::string::npos);
+    }
+    return eos || stopString || n == budget || context + n >= m.config().maxPositionEmbeddings;
+}
+
+// A stored continuation of `context` checked by one forward (teacher forcing): "" or the mismatch.
+std::string verifyContinuation(const ItemContext& ctx, const std::string& name, const std::vector<int64_t>& context,
+                               const std::vector<int64_t>& ids, int64_t budget) {
+    const Transformer& m = ctx.model(ctx.config.dtypes.front());
+    if (ids.empty()) return "trajectory '" + name + "' is empty";
+    const auto L = static_cast<int64_t>(context.size());
+    KvCache cache = m.newCache(L + static_cast<int64_t>(ids.size()));
+    const torch::Tensor logits = m.forward(concat(context, {ids.begin(), ids.end() - 1}), cache, Logits::All);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+        const int64_t at = L + static_cast<int64_t>(i);  // position of ids[i]: its draw's key
+        if (chooseToken(logits[at - 1], ctx.config.sampling, static_cast<std::uint64_t>(at)).id != ids[i])
+            return "trajectory '" + name + "' differs at token " + std::to_string(i);
+        const bool last = i + 1 == ids.size();
+        if (stopsAfter(ctx, m, {ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(i) + 1}, L, budget) != last)
+            return "trajectory '" + name + "' " + (last ? "ends at" : "runs past a stop at") + " token " +
+                   std::to_string(i);
+    }
+    return "";
+}
+
+std::vector<int64_t> storedIds(const ItemRecord& stored, const std::string& name,
+                               std::vector<std::string>& mismatches) {
+    const auto it = stored.trajectories.find(name);
+    if (it == stored.trajectories.end()) mismatches.push_back("trajectory '" + name + "' is not in the ledger");
+    return it == stored.trajectories.end() ? std::vector<int64_t>() : it->second;
+}
+
+std::vector<std::string> auditAtPrefillSpeed(const ItemContext& ctx, const DatasetItem& item,
+                                             const ItemRecord& stored) {
+    const ExperimentConfig& c = ctx.config;
+    std::vector<std::string> mismatches;
+    const std::vector<int64_t> prompt = promptIdsFor(ctx, item);
+    if (storedIds(stored, "prompt", mismatches) != prompt) mismatches.push_back("trajectory 'prompt' differs");
+    const std::vector<int64_t> trace = storedIds(stored, "trace", mismatches);
+    if (!mismatches.empty()) return mismatches;
+    if (auto m = verifyContinuation(ctx, "trace", prompt, trace, c.maxNewTokens); !m.empty()) return {m};
+    const int64_t boundary = boundaryIndex(ctx, trace);
+    if ((boundary == 0) != (stored.status == "no_boundary")) return {"the stage boundary differs from the run's"};
+    if (boundary == 0) return {};
+    const std::vector<int64_t> prefix = concat(prompt, {trace.begin(), trace.begin() + boundary});
+    const int64_t budget = std::max<int64_t>(1, c.maxNewTokens - boundary);
+    for (const char* name : {"suffix_live", "suffix_prefill"})
+        if (auto m = verifyContinuation(ctx, name, prefix, storedIds(stored, name, mismatches), budget); !m.empty())
+            mismatches.push_back(m);
+    // With these kernels one forward over the prefix is the cache a decode retained there.
+    const Transformer& m = ctx.model(c.dtypes.front());
+    const std::string rebuilt =
+        fingerprintCache(buildCache(m, prefix, Construction::parse("prefill"), static_cast<int64_t>(prompt.size())))
+            .overall;
+    for (const char* name : {"live_cache", "prefill_cache"}) {
+        const auto it = stored.fingerprints.find(name);
+        if (it == stored.fingerprints.end() || it->second != rebuilt)
+            mismatches.push_back("fingerprint '" + std::string(name) + "' differs");
+    }
+    return mismatches;
+}
+
+}  // namespace
+
+bool auditsAtPrefillSpeed(const ExperimentConfig& config, AuditDepth depth) {
+    if (depth == AuditDepth::PrefillSpeed && config.kernels != Kernels::Invariant)
+        throw UsageError("a prefill-speed audit needs a run made with invariant kernels (this run used " +
+                         kernelsName(config.kernels) + " kernels, where only token by token reproduces bits)");
+    return depth == AuditDepth::PrefillSpeed || (depth == AuditDepth::Auto && config.kernels == Kernels::Invariant);
+}
+
+std::vector<std::string> auditItem(const ItemContext& ctx, const DatasetItem& item, const ItemRecord& stored,
+                                   AuditDepth depth) {
+    if (auditsAtPrefillSpeed(ctx.config, depth)) return auditAtPrefillSpeed(ctx, item, stored);
     ExperimentConfig replayConfig = ctx.config;
     replayConfig.protocols.erase("audit");
     ItemContext replayCtx{replayConfig, ctx.tokenizer, ctx.model, ""};

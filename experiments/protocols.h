@@ -6,11 +6,12 @@
 //   prefix = prompt + trace[0:B]  (integer ids, never re-tokenized)
 //   live    = the cache a decode retains at B        -> continue = suffix A   (+ replica A')
 //   prefill = one forward over the prefix            -> continue = suffix Bc  (+ replica Bc')
-//   bridge: incremental:P rebuild == live, bit for bit?
+//   bridge: incremental:P rebuild == live, bit for bit? (invariant kernels: the one-shot prefill)
 //   fixed_prefix_2x2: incremental vs prefill suffixes, in bf16 and in fp32
 //   transplant: all (or chosen) layers both ways; does each continuation follow its cache donor?
 //   localize: the smallest layer range (then K vs V) whose transplant makes prefill follow live
-//   audit: the item replayed from scratch; every id and fingerprint compared
+//   audit: the item replayed from scratch; every id and fingerprint compared (invariant kernels:
+//          each trajectory checked by one forward, see AuditDepth)
 #include "experiments/dataset.h"
 #include "experiments/experiment_config.h"
 #include "experiments/ledger.h"
@@ -37,9 +38,24 @@ struct ItemContext {
 // Runs every selected protocol for one item and returns what the ledger stores.
 ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t index);
 
-// Replays `item` from scratch and compares with `stored`: returns one line per mismatch (which
-// trajectory or fingerprint, and where), empty when everything was reproduced.
-std::vector<std::string> auditItem(const ItemContext& ctx, const DatasetItem& item, const ItemRecord& stored);
+// How an audit replays an item.
+//   Full: every protocol again from scratch, decoding token by token; every trajectory and every
+//         fingerprint (incl. the one over all protocol results) compared. The only bit-exact way
+//         with torch kernels, where a forward's bits depend on how many tokens it computes.
+//   PrefillSpeed (runs with invariant kernels only): each stored trajectory checked by one forward
+//         over its context and ids: every id must be what the run's sampling picks from the logits
+//         before it, and it must stop where the run's stop rules say; the boundary cache rebuilt by
+//         one prefill must carry the stored live and prefill fingerprints. Protocol results
+//         (replicas, 2x2, transplant, localize) are not recomputed.
+//   Auto: PrefillSpeed for invariant-kernel runs, Full otherwise.
+enum class AuditDepth { Auto, Full, PrefillSpeed };
+
+// Replays `item` and compares with `stored`: returns one line per mismatch (which trajectory or
+// fingerprint, and where), empty when everything was reproduced.
+std::vector<std::string> auditItem(const ItemContext& ctx, const DatasetItem& item, const ItemRecord& stored,
+                                   AuditDepth depth = AuditDepth::Auto);
+// Whether an audit of this run at `depth` replays at prefill speed.
+bool auditsAtPrefillSpeed(const ExperimentConfig& config, AuditDepth depth);
 
 std::vector<int64_t> promptIdsFor(const ItemContext& ctx, const DatasetItem& item);
 

@@ -132,8 +132,11 @@ json localizeTable(const std::vector<ItemRecord>& items) {
 }  // namespace
 
 json buildReport(const std::vector<ItemRecord>& items, const RunInfo& run) {
+    const json& config = run.manifest.at("identity").at("config");
+    const json model = config.value("model", json::object());
     return {{"run", run.runId},
-            {"experiment", run.manifest["identity"]["config"]["name"]},
+            {"experiment", config.at("name")},
+            {"kernels", model.value("kernels", "torch")},  // runs before --kernels existed used torch's
             {"items", items.size()},
             {"matched", matchedTable(items)},
             {"fixed_prefix_2x2", twoByTwoTable(items)},
@@ -153,8 +156,8 @@ std::string reportMarkdown(const json& r) {
     };
     const json& m = r["matched"];
     s << "# kvscope report: " << r["experiment"].get<std::string>() << " (run " << r["run"].get<std::string>() << ", "
-      << r["items"]
-      << " items)\n\n## matched (live vs one-shot prefill of the same prefix)\n\n| measure | value |\n|---|---|\n"
+      << r["items"] << " items, " << r["kernels"].get<std::string>()
+      << " kernels)\n\n## matched (live vs one-shot prefill of the same prefix)\n\n| measure | value |\n|---|---|\n"
       << "| items compared | " << m["n"] << " |\n| trace never reached the boundary | " << m["no_boundary"] << " |\n"
       << "| suffixes differ | " << m["suffix_differ"] << " / " << m["n"] << " |\n"
       << "| correctness labels differ | " << m["label_differ"] << " / " << m["n"] << " |\n"
@@ -182,12 +185,60 @@ std::string reportMarkdown(const json& r) {
           << (row.contains("wilson_upper") ? pct(row["wilson_upper"]) : "-") << " |\n";
     }
     s << "\n## bridge, audit, transplant, localize\n\n| protocol | result |\n|---|---|\n"
-      << "| bridge: incremental == live, bit-exact | " << r["bridge"]["exact"] << " / " << r["bridge"]["n"] << " |\n"
+      << "| bridge: faithful rebuild == live, bit-exact | " << r["bridge"]["exact"] << " / " << r["bridge"]["n"]
+      << " |\n"
       << "| audit: replay reproduced | " << r["audit"]["reproduced"] << " / " << r["audit"]["n"] << " |\n"
       << "| transplant: continuation follows its cache donor | " << r["transplant"]["follows_donor"] << " / "
       << r["transplant"]["n"] << " |\n"
       << "| localize: items with a sufficient layer range | " << r["localize"]["layers_needed"].size() << " / "
       << r["localize"]["n"] << " |\n";
+    return s.str();
+}
+
+json comparisonReport(const std::vector<json>& reports) { return {{"runs", reports}}; }
+
+std::string comparisonMarkdown(const json& comparison) {
+    const json& runs = comparison["runs"];
+    std::ostringstream s;
+    s << "# kvscope report: runs side by side\n\n| measure |";
+    for (const auto& r : runs)
+        s << " " << r["experiment"].get<std::string>() << " (" << r["kernels"].get<std::string>() << " kernels) |";
+    s << "\n|---|";
+    for (std::size_t i = 0; i < runs.size(); ++i) s << "---|";
+    s << "\n";
+    auto row = [&](const std::string& measure, const auto& cell) {
+        s << "| " << measure << " |";
+        for (const auto& r : runs) s << " " << cell(r) << " |";
+        s << "\n";
+    };
+    auto ratio = [](const json& k, const json& n) { return k.dump() + " / " + n.dump(); };
+    auto pct = [](const json& x) {
+        if (!x.is_number()) return std::string("-");
+        std::ostringstream o;
+        o.precision(1);
+        o << std::fixed << 100 * x.get<double>() << "%";
+        return o.str();
+    };
+    row("run", [](const json& r) { return r["run"].get<std::string>(); });
+    row("suffixes differ (live vs prefill)",
+        [&](const json& r) { return ratio(r["matched"]["suffix_differ"], r["matched"]["n"]); });
+    row("correctness labels differ",
+        [&](const json& r) { return ratio(r["matched"]["label_differ"], r["matched"]["n"]); });
+    row("accuracy live / prefill", [&](const json& r) {
+        return pct(r["matched"].value("accuracy_live", json())) + " / " +
+               pct(r["matched"].value("accuracy_prefill", json()));
+    });
+    row("exact replicas (live / prefill)", [&](const json& r) {
+        return r["matched"]["replicas_exact"]["live"].dump() + " / " + r["matched"]["replicas_exact"]["prefill"].dump();
+    });
+    row("bridge: faithful rebuild == live",
+        [&](const json& r) { return ratio(r["bridge"]["exact"], r["bridge"]["n"]); });
+    for (const char* d : {"bf16", "fp32"})
+        row(std::string("fixed_prefix_2x2 ") + d + ": decoded disagreements",
+            [&](const json& r) { return ratio(r["fixed_prefix_2x2"][d]["disagree"], r["fixed_prefix_2x2"][d]["n"]); });
+    row("audit: replay reproduced", [&](const json& r) { return ratio(r["audit"]["reproduced"], r["audit"]["n"]); });
+    row("transplant: follows its cache donor",
+        [&](const json& r) { return ratio(r["transplant"]["follows_donor"], r["transplant"]["n"]); });
     return s.str();
 }
 

@@ -93,6 +93,79 @@ TEST(RunCli, EveryProtocolEndToEndAndTheReportKeys) {
     EXPECT_NE(audit.out.find("4/4 items reproduced"), std::string::npos) << audit.out;
 }
 
+// The same experiment with `kernels = "invariant"` in [model].
+std::string writeInvariantExperiment(const test::TempDir& dir, const std::string& protocols) {
+    const std::string quoted = writeExperiment(dir, protocols);
+    const std::string path = dir.file("exp.toml");
+    std::string text = test::readTextFile(path);
+    text.replace(text.find("dtypes = [\"bf16\"]\n"), 17, "dtypes = [\"bf16\"]\nkernels = \"invariant\"\n");
+    text.replace(text.find("name = \"cli-test\""), 17, "name = \"cli-test-invariant\"");
+    test::writeTextFile(path, text);
+    return quoted;
+}
+
+TEST(RunCli, InvariantKernelsRemoveTheDivergenceAndAuditAtPrefillSpeed) {
+    // Items 03 and 07 split in bf16 with torch kernels (the test above); with invariant kernels the
+    // live cache and the one-shot prefill are the same bits, so nothing splits, the bridge is one
+    // prefill, and the audit checks each trajectory by one forward.
+    test::TempDir dir;
+    const std::string db = dir.file("r.db");
+    const std::string items = " --items arith-00,arith-03,arith-05,arith-07";
+    ASSERT_EQ(runCli("run " + writeExperiment(dir, kAll) + " --ledger " + shellQuote(db) + items).exitCode, 0);
+    auto r = runCli("run " + writeInvariantExperiment(dir, kAll) + " --ledger " + shellQuote(db) + items);
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    const auto j = reportJson(db);  // the newest run: invariant
+    EXPECT_EQ(j["kernels"], "invariant");
+    EXPECT_EQ(j["matched"]["n"], 4);
+    EXPECT_EQ(j["matched"]["suffix_differ"], 0);
+    EXPECT_EQ(j["matched"]["label_differ"], 0);
+    EXPECT_EQ(j["bridge"]["exact"], 4);
+    EXPECT_EQ(j["fixed_prefix_2x2"]["bf16"]["disagree"], 0);
+    EXPECT_EQ(j["fixed_prefix_2x2"]["fp32"]["disagree"], 0);
+    EXPECT_EQ(j["audit"]["reproduced"], 4);
+    EXPECT_EQ(j["transplant"]["n"], 0);  // nothing diverged, nothing to transplant
+    {
+        const experiments::Ledger ledger(db, experiments::LedgerAccess::ReadOnly);
+        const auto run = ledger.runs().back();
+        for (const auto& item : ledger.items(run.runId))
+            EXPECT_EQ(item.results["bridge"]["construction"], "prefill") << item.itemId;
+    }
+
+    // Side by side: torch kernels split some suffixes, invariant kernels none.
+    auto compared = runCli("report " + shellQuote(db) + " --compare --format json");
+    ASSERT_EQ(compared.exitCode, 0) << compared.err;
+    const auto c = nlohmann::json::parse(compared.out);
+    ASSERT_EQ(c["runs"].size(), 2u);
+    EXPECT_EQ(c["runs"][0]["kernels"], "torch");
+    EXPECT_GE(c["runs"][0]["matched"]["suffix_differ"].get<int>(), 1);
+    EXPECT_EQ(c["runs"][1]["kernels"], "invariant");
+    EXPECT_EQ(c["runs"][1]["matched"]["suffix_differ"], 0);
+    auto md = runCli("report " + shellQuote(db) + " --compare");
+    EXPECT_NE(md.out.find("cli-test (torch kernels)"), std::string::npos) << md.out;
+    EXPECT_NE(md.out.find("cli-test-invariant (invariant kernels)"), std::string::npos) << md.out;
+
+    auto audit = runCli("audit " + shellQuote(db));  // the newest run
+    EXPECT_EQ(audit.exitCode, 0) << audit.out << audit.err;
+    EXPECT_NE(audit.out.find("checked by one forward"), std::string::npos) << audit.out;
+    EXPECT_NE(audit.out.find("4/4 items reproduced"), std::string::npos) << audit.out;
+    auto full = runCli("audit " + shellQuote(db) + " --full");
+    EXPECT_EQ(full.exitCode, 0) << full.out << full.err;
+    EXPECT_NE(full.out.find("token by token"), std::string::npos) << full.out;
+
+    // A tampered id is found by the one-forward check too, at the same token.
+    {
+        experiments::Ledger ledger(db);
+        const std::string run = ledger.runs().back().runId;
+        auto ids = ledger.items(run).at(1).trajectories.at("suffix_live");
+        ids.at(5) += 1;
+        ledger.overwriteTrajectory(run, ledger.items(run).at(1).itemId, "suffix_live", ids);
+    }
+    auto tampered = runCli("audit " + shellQuote(db));
+    EXPECT_EQ(tampered.exitCode, 3) << tampered.out;
+    EXPECT_NE(tampered.out.find("trajectory 'suffix_live' differs at token 5"), std::string::npos) << tampered.out;
+    EXPECT_NE(tampered.out.find("3/4 items reproduced"), std::string::npos) << tampered.out;
+}
+
 TEST(RunCli, AuditDetectsATamperedRow) {
     test::TempDir dir;
     const std::string db = dir.file("r.db");
