@@ -240,8 +240,13 @@ BoundaryState rebuildBoundary(const ItemContext& ctx, const std::vector<int64_t>
 
 GenerationResult continueWithRunRules(const ItemContext& ctx, const KvCache& cache, int64_t budget,
                                       const TokenCallback& onToken, const std::string& dtype) {
-    const Transformer& m = ctx.model(dtype.empty() ? ctx.config.dtypes.front() : dtype);
-    return continueFrom(m, cache, ctx.config.sampling, stopRules(ctx, m, budget), onToken);
+    return continueWithRunRules(ctx, ctx.model(dtype.empty() ? ctx.config.dtypes.front() : dtype), cache, budget,
+                                onToken);
+}
+
+GenerationResult continueWithRunRules(const ItemContext& ctx, const Transformer& model, const KvCache& cache,
+                                      int64_t budget, const TokenCallback& onToken) {
+    return continueFrom(model, cache, ctx.config.sampling, stopRules(ctx, model, budget), onToken);
 }
 
 ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t index) {

@@ -74,5 +74,8 @@ BoundaryState rebuildBoundary(const ItemContext& ctx, const std::vector<int64_t>
 // model of `dtype` (empty: the run's main precision), which must be the one that built the cache.
 GenerationResult continueWithRunRules(const ItemContext& ctx, const KvCache& cache, int64_t budget,
                                       const TokenCallback& onToken = {}, const std::string& dtype = "");
+// The same by a given model (another dtype or kernels than the run's, as the GUI's comparisons).
+GenerationResult continueWithRunRules(const ItemContext& ctx, const Transformer& model, const KvCache& cache,
+                                      int64_t budget, const TokenCallback& onToken = {});
 
 }  // namespace kvscope::experiments

@@ -17,11 +17,16 @@
 
 namespace kvscope::experiments {
 
-const Transformer& ModelPool::get(const std::string& dtype) {
+const Transformer& ModelPool::get(const std::string& dtype) { return get(dtype, numerics_.kernels); }
+
+const Transformer& ModelPool::get(const std::string& dtype, Kernels kernels) {
+    const std::string key = dtype + "/" + kernelsName(kernels);
     for (const auto& [name, model] : loaded_)
-        if (name == dtype) return *model;
-    loaded_.emplace_back(dtype, std::make_shared<Transformer>(Transformer::load(
-                                    dir_, parseDtype(dtype), parseDevice(device_), nullptr, numerics_)));
+        if (name == key) return *model;
+    Numerics numerics = numerics_;
+    numerics.kernels = kernels;
+    loaded_.emplace_back(key, std::make_shared<Transformer>(
+                                  Transformer::load(dir_, parseDtype(dtype), parseDevice(device_), nullptr, numerics)));
     return *loaded_.back().second;
 }
 

@@ -54,12 +54,13 @@ class ModelPool {
 public:
     ModelPool(std::string dir, std::string device, Numerics numerics = {})
         : dir_(std::move(dir)), device_(std::move(device)), numerics_(numerics) {}
-    const Transformer& get(const std::string& dtype);
+    const Transformer& get(const std::string& dtype);  // with the pool's kernels
+    const Transformer& get(const std::string& dtype, Kernels kernels);
 
 private:
     std::string dir_, device_;
     Numerics numerics_;
-    std::vector<std::pair<std::string, std::shared_ptr<Transformer>>> loaded_;
+    std::vector<std::pair<std::string, std::shared_ptr<Transformer>>> loaded_;  // key: dtype + "/" + kernels
 };
 
 }  // namespace kvscope::experiments

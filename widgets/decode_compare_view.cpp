@@ -58,18 +58,32 @@ QWidget* DecodeCompareView::setupSideSelector() {
         box->addItem(QStringLiteral("fp32"), QStringLiteral("fp32"));
         return box;
     };
+    auto kernelsBox = [this, bar] {
+        auto* box = new QComboBox(bar);
+        box->addItem(tr("run's kernels"), QString());
+        box->addItem(tr("torch kernels"), QStringLiteral("torch"));
+        box->addItem(tr("invariant kernels"), QStringLiteral("invariant"));
+        box->setToolTip(
+            tr("invariant: kvscope's batch-invariant CPU kernels, where a prefill gives the live "
+               "cache's bits (the remedy); torch: transformers' ops on libtorch"));
+        return box;
+    };
     constructionA_ = constructionBox(QStringLiteral("live"));
     dtypeA_ = dtypeBox();
+    kernelsA_ = kernelsBox();
     constructionB_ = constructionBox(QStringLiteral("prefill"));
     dtypeB_ = dtypeBox();
+    kernelsB_ = kernelsBox();
     compareButton_ = new QPushButton(tr("Compare"), bar);
     compareButton_->setToolTip(tr("Rebuild the same prefix ids both ways, continue from each, and compare"));
     row->addWidget(new QLabel(tr("Compare"), bar));
     row->addWidget(constructionA_);
     row->addWidget(dtypeA_);
+    row->addWidget(kernelsA_);
     row->addWidget(new QLabel(tr("with"), bar));
     row->addWidget(constructionB_);
     row->addWidget(dtypeB_);
+    row->addWidget(kernelsB_);
     row->addWidget(compareButton_);
     row->addStretch(1);
     connect(compareButton_, &QPushButton::clicked, this, &DecodeCompareView::requestCompare);
@@ -79,13 +93,17 @@ QWidget* DecodeCompareView::setupSideSelector() {
 void DecodeCompareView::setSides(const SideSpec& a, const SideSpec& b) {
     constructionA_->setCurrentText(a.construction);
     dtypeA_->setCurrentIndex(std::max(0, dtypeA_->findData(a.dtype)));
+    kernelsA_->setCurrentIndex(std::max(0, kernelsA_->findData(a.kernels)));
     constructionB_->setCurrentText(b.construction);
     dtypeB_->setCurrentIndex(std::max(0, dtypeB_->findData(b.dtype)));
+    kernelsB_->setCurrentIndex(std::max(0, kernelsB_->findData(b.kernels)));
 }
 
 void DecodeCompareView::requestCompare() {
-    emit compareRequested({constructionA_->currentText().trimmed(), dtypeA_->currentData().toString()},
-                          {constructionB_->currentText().trimmed(), dtypeB_->currentData().toString()});
+    emit compareRequested({constructionA_->currentText().trimmed(), dtypeA_->currentData().toString(),
+                           kernelsA_->currentData().toString()},
+                          {constructionB_->currentText().trimmed(), dtypeB_->currentData().toString(),
+                           kernelsB_->currentData().toString()});
 }
 
 void DecodeCompareView::setupPlot() {

@@ -48,6 +48,7 @@ private:
     QCustomPlot* plot_ = nullptr;
     QLabel* summary_ = nullptr;
     QComboBox *constructionA_ = nullptr, *constructionB_ = nullptr, *dtypeA_ = nullptr, *dtypeB_ = nullptr;
+    QComboBox *kernelsA_ = nullptr, *kernelsB_ = nullptr;
     QPushButton* compareButton_ = nullptr;
     AnalysisView analysis_;
     int divergence_ = -1;

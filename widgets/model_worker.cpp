@@ -281,14 +281,17 @@ void ModelWorker::compareSides(quint64 job, const SideSpec& a, const SideSpec& b
         const auto P = static_cast<int64_t>(bs.prompt.size());
         auto build = [&](const SideSpec& spec, KvCache& cache) {
             const std::string dtype = spec.dtype.isEmpty() ? state_->config->dtypes.front() : spec.dtype.toStdString();
-            cache = buildCache(state_->models->get(dtype), bs.prefix,
-                               Construction::parse(spec.construction.toStdString()), P);
+            const Kernels kernels =
+                spec.kernels.isEmpty() ? state_->config->kernels : parseKernels(spec.kernels.toStdString());
+            const Transformer& model = state_->models->get(dtype, kernels);
+            cache = buildCache(model, bs.prefix, Construction::parse(spec.construction.toStdString()), P);
             const GenerationResult r = experiments::continueWithRunRules(
-                ctx, cache, bs.budget, [&](const StepRecord&, int64_t) { return !cancel_.load(); }, dtype);
+                ctx, model, cache, bs.budget, [&](const StepRecord&, int64_t) { return !cancel_.load(); });
             if (r.stopReason == StopReason::Cancelled) throw Cancelled("comparison cancelled");
-            return state_->side(QStringLiteral("%1 \u00b7 %2")
-                                    .arg(QString::fromStdString(cache.construction()), QString::fromStdString(dtype)),
-                                r);
+            QString label = QStringLiteral("%1 \u00b7 %2")
+                                .arg(QString::fromStdString(cache.construction()), QString::fromStdString(dtype));
+            if (kernels == Kernels::Invariant) label += QStringLiteral(" \u00b7 invariant kernels");
+            return state_->side(label, r);
         };
         KvCache cacheA, cacheB;
         AnalysisView v;

@@ -54,10 +54,12 @@ struct AnalysisView {
 };
 
 // One side of a comparison at the boundary: how its cache is built over the same prefix ids
-// ("live", "prefill", "incremental[:K]", "chunked:N") and in which precision (empty: the run's).
+// ("live", "prefill", "incremental[:K]", "chunked:N"), in which precision and with which kernels
+// ("torch", "invariant"; empty: the run's).
 struct SideSpec {
     QString construction = QStringLiteral("live");
     QString dtype;
+    QString kernels;
 };
 
 struct TransplantRequest {

@@ -247,7 +247,7 @@ TEST_F(MainWindowTest, ShowsWhatTheLedgerSaysForTheSelectedItem) {
         }
         // Any two constructions: live vs token-by-token after the prompt is the bridge, bit for bit.
         QSignalSpy compared(&window, &MainWindow::analysisShown);
-        window.decodeView()->setSides({QStringLiteral("live"), {}}, {QStringLiteral("incremental"), {}});
+        window.decodeView()->setSides({QStringLiteral("live"), {}, {}}, {QStringLiteral("incremental"), {}, {}});
         window.decodeView()->requestCompare();
         ASSERT_TRUE(waitFor([&] { return compared.count() > 0 || !window.lastError().isEmpty(); }));
         ASSERT_TRUE(window.lastError().isEmpty()) << window.lastError().toStdString();
@@ -256,12 +256,22 @@ TEST_F(MainWindowTest, ShowsWhatTheLedgerSaysForTheSelectedItem) {
         EXPECT_NE(window.decodeView()->prefillPane()->cells().size(), 0u);
         // Different precisions: continuations compared, no element-wise diff (and no crash).
         QSignalSpy mixed(&window, &MainWindow::analysisShown);
-        window.decodeView()->setSides({QStringLiteral("prefill"), QStringLiteral("bf16")},
-                                      {QStringLiteral("prefill"), QStringLiteral("fp32")});
+        window.decodeView()->setSides({QStringLiteral("prefill"), QStringLiteral("bf16"), {}},
+                                      {QStringLiteral("prefill"), QStringLiteral("fp32"), {}});
         window.decodeView()->requestCompare();
         ASSERT_TRUE(waitFor([&] { return mixed.count() > 0 || !window.lastError().isEmpty(); }));
         ASSERT_TRUE(window.lastError().isEmpty()) << window.lastError().toStdString();
         EXPECT_EQ(window.heatmapView()->diff().layers, 0);
+        // The remedy on this very item: with invariant kernels, live and one-shot prefill are the
+        // same bits and continue alike, where the run's torch kernels split them.
+        QSignalSpy remedied(&window, &MainWindow::analysisShown);
+        window.decodeView()->setSides({QStringLiteral("live"), {}, QStringLiteral("invariant")},
+                                      {QStringLiteral("prefill"), {}, QStringLiteral("invariant")});
+        window.decodeView()->requestCompare();
+        ASSERT_TRUE(waitFor([&] { return remedied.count() > 0 || !window.lastError().isEmpty(); }));
+        ASSERT_TRUE(window.lastError().isEmpty()) << window.lastError().toStdString();
+        EXPECT_TRUE(window.heatmapView()->diff().bitExact);
+        EXPECT_EQ(window.decodeView()->divergenceIndex(), -1);
         break;  // one divergent item exercises the comparison controls
     }
     EXPECT_GT(divergentShown, 0);
