@@ -168,3 +168,26 @@ float sumOfSquares(const float* x, int64_t n) {
 
 }  // namespace
 }  // namespace kvscope::kernels::impl
+
+// The entry points of one instruction-set path, namespace `ns`, on vector type `V` (declared again
+// in invariant_dispatch.cpp). Used once at the end of each invariant_*.cpp, in kvscope::kernels.
+#define KVSCOPE_DEFINE_KERNEL_PATH(ns, V)                                                                           \
+    namespace ns {                                                                                                  \
+    void linear(const float* x, int64_t rows, int64_t in, const float* w, float* y, int64_t yStride, int64_t o0,    \
+                int64_t o1) {                                                                                       \
+        impl::linear<V>(x, rows, in, w, y, yStride, o0, o1);                                                        \
+    }                                                                                                               \
+    void linear(const float* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0, \
+                int64_t o1) {                                                                                       \
+        impl::linear<V>(x, rows, in, w, y, yStride, o0, o1);                                                        \
+    }                                                                                                               \
+    void attention(const AttentionArgs<float>& a, int64_t begin, int64_t end, float* scores) {                      \
+        impl::attention<V>(a, begin, end, scores);                                                                  \
+    }                                                                                                               \
+    void attention(const AttentionArgs<uint16_t>& a, int64_t begin, int64_t end, float* scores) {                   \
+        impl::attention<V>(a, begin, end, scores);                                                                  \
+    }                                                                                                               \
+    float sumOfSquares(const float* x, int64_t n) { return impl::sumOfSquares<V>(x, n); }                           \
+    void triad(float* a, const float* b, const float* c, float s, int64_t n) { impl::triad<V>(a, b, c, s, n); }     \
+    float readAll(const float* x, int64_t n) { return impl::readAll<V>(x, n); }                                     \
+    }

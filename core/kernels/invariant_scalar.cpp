@@ -49,24 +49,6 @@ struct ScalarVec {
 
 }  // namespace
 
-namespace scalar {
-void linear(const float* x, int64_t rows, int64_t in, const float* w, float* y, int64_t yStride, int64_t o0,
-            int64_t o1) {
-    impl::linear<ScalarVec>(x, rows, in, w, y, yStride, o0, o1);
-}
-void linear(const float* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0,
-            int64_t o1) {
-    impl::linear<ScalarVec>(x, rows, in, w, y, yStride, o0, o1);
-}
-void attention(const AttentionArgs<float>& a, int64_t begin, int64_t end, float* scores) {
-    impl::attention<ScalarVec>(a, begin, end, scores);
-}
-void attention(const AttentionArgs<uint16_t>& a, int64_t begin, int64_t end, float* scores) {
-    impl::attention<ScalarVec>(a, begin, end, scores);
-}
-float sumOfSquares(const float* x, int64_t n) { return impl::sumOfSquares<ScalarVec>(x, n); }
-void triad(float* a, const float* b, const float* c, float s, int64_t n) { impl::triad<ScalarVec>(a, b, c, s, n); }
-float readAll(const float* x, int64_t n) { return impl::readAll<ScalarVec>(x, n); }
-}  // namespace scalar
+KVSCOPE_DEFINE_KERNEL_PATH(scalar, ScalarVec)
 
 }  // namespace kvscope::kernels
