@@ -10,7 +10,7 @@ namespace {
 
 struct Avx512Vec {
     // 32 registers: a 4 x 4 tile holds 16 accumulators + 4 x rows + the weight rows being loaded.
-    static constexpr int kRows = 4, kCols = 4, kDecodeCols = 8;
+    static constexpr int kRows = 4, kCols = 4, kDecodeCols = 4;
     __m512 v;
 
     static Avx512Vec zero() { return {_mm512_setzero_ps()}; }
