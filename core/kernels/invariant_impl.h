@@ -34,8 +34,7 @@ V loadPadded(const Element* p, int64_t n) {
 // the tile reads its own (a decode step's next weight rows: each row alone is too short a stream
 // for the hardware prefetcher to ramp up, which halved the bandwidth from memory).
 template <typename V, int R, int C, typename Element>
-void dotTile(const float* const* x, const Element* const* w, int64_t n, float* out,
-             const Element* prefetch = nullptr) {
+void dotTile(const float* const* x, const Element* const* w, int64_t n, float* out, const Element* prefetch = nullptr) {
     // The R x C accumulators must live in registers: every loop over them is unrolled (GCC keeps
     // an array indexed in a loop on the stack at -O2, a load and store around every FMA).
     V acc[R][C];

@@ -27,11 +27,10 @@ void parallel(int64_t n, int64_t grain, const Work& work) {
 
 }  // namespace
 
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, torch::ScalarType outType,
-                     Isa isa) {
+std::vector<torch::Tensor> linears(const torch::Tensor& x, const std::vector<Projection>& projections,
+                                   torch::ScalarType outType, Isa isa) {
     requireCpuFloat(x, "a linear layer's input");
-    requireCpuFloat(w, "a weight");
-    const int64_t S = x.size(0), in = x.size(1), out = w.size(0);
+    const int64_t S = x.size(0), in = x.size(1);
     const torch::Tensor xf = asFloat(x);                                                   // [S, in]
     // Many rows reuse every weight many times: widen bf16 weights to fp32 once (exact, so the same
     // bits) instead of in every tile, as long as a tile's weight rows still fit L1 in fp32 (wider
@@ -39,21 +38,43 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch
     // of a prefill's time; a decode step's single row reads bf16 directly, at half the bytes.
     constexpr int64_t kWidenFromRows = 32, kWidenUpToInputs = 2048;
     const bool widen = S >= kWidenFromRows && in <= kWidenUpToInputs;
-    const torch::Tensor wc = widen ? asFloat(w) : w.contiguous();                           // [out, in]
-    torch::Tensor y = torch::empty({S, out}, torch::kFloat32);                             // [S, out]
-    const float* xp = xf.data_ptr<float>();
-    float* yp = y.data_ptr<float>();
-    // Threads take whole blocks of 64 output features, so a feature's sum never crosses threads.
+    // Threads take whole blocks of 64 output features, so a feature's sum never crosses threads;
+    // the blocks of every projection form one range, split in one parallel region.
     constexpr int64_t kBlock = 64;
-    parallel((out + kBlock - 1) / kBlock, 1, [&](int64_t begin, int64_t end) {
-        const int64_t o0 = begin * kBlock, o1 = std::min(out, end * kBlock);
-        if (wc.scalar_type() == torch::kBFloat16)
-            kernels::linear(isa, xp, S, in, reinterpret_cast<const uint16_t*>(wc.data_ptr()), yp, out, o0, o1);
-        else
-            kernels::linear(isa, xp, S, in, wc.data_ptr<float>(), yp, out, o0, o1);
+    std::vector<torch::Tensor> weights, outputs;
+    std::vector<int64_t> firstBlock = {0};                                                 // per projection
+    for (const Projection& p : projections) {
+        requireCpuFloat(p.weight, "a weight");
+        weights.push_back(widen ? asFloat(p.weight) : p.weight.contiguous());               // [out, in]
+        outputs.push_back(torch::empty({S, p.weight.size(0)}, torch::kFloat32));           // [S, out]
+        firstBlock.push_back(firstBlock.back() + (p.weight.size(0) + kBlock - 1) / kBlock);
+    }
+    const float* xp = xf.data_ptr<float>();
+    parallel(firstBlock.back(), 1, [&](int64_t begin, int64_t end) {
+        for (std::size_t m = 0; m < weights.size(); ++m) {
+            const int64_t from = std::max(begin, firstBlock[m]), to = std::min(end, firstBlock[m + 1]);
+            if (from >= to) continue;
+            const torch::Tensor& w = weights[m];
+            const int64_t out = w.size(0);
+            const int64_t o0 = (from - firstBlock[m]) * kBlock, o1 = std::min(out, (to - firstBlock[m]) * kBlock);
+            float* yp = outputs[m].data_ptr<float>();
+            if (w.scalar_type() == torch::kBFloat16)
+                kernels::linear(isa, xp, S, in, reinterpret_cast<const uint16_t*>(w.data_ptr()), yp, out, o0, o1);
+            else
+                kernels::linear(isa, xp, S, in, w.data_ptr<float>(), yp, out, o0, o1);
+        }
     });
-    if (b.defined()) y = y + b.to(torch::kFloat32);  // one rounding of the fp32 sum per element
-    return y.to(outType);
+    for (std::size_t m = 0; m < outputs.size(); ++m) {
+        const torch::Tensor& b = projections[m].bias;
+        if (b.defined()) outputs[m] = outputs[m] + b.to(torch::kFloat32);  // one rounding of the fp32 sum
+        outputs[m] = outputs[m].to(outType);
+    }
+    return outputs;
+}
+
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, torch::ScalarType outType,
+                     Isa isa) {
+    return linears(x, {{w, b}}, outType, isa).front();
 }
 
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps, Isa isa) {

@@ -367,9 +367,10 @@ torch::Tensor Transformer::invariantAttention(int64_t l, const torch::Tensor& x,
                                               ForwardObserver* observer) const {
     const LayerWeights& lw = weights_.layers[l];
     const int64_t S = x.size(0), Q = config_.numHeads, KV = config_.numKvHeads, D = config_.headDim;
-    torch::Tensor q = project(x, lw.wq, lw.bq).view({S, Q, D});                           // [S, Q, D]
-    torch::Tensor k = project(x, lw.wk, lw.bk).view({S, KV, D});                          // [S, KV, D]
-    torch::Tensor v = project(x, lw.wv, lw.bv).view({S, KV, D});                          // [S, KV, D]
+    const auto qkv = kernels::linears(x, {{lw.wq, lw.bq}, {lw.wk, lw.bk}, {lw.wv, lw.bv}}, x.scalar_type());
+    torch::Tensor q = qkv[0].view({S, Q, D});                                             // [S, Q, D]
+    torch::Tensor k = qkv[1].view({S, KV, D});                                            // [S, KV, D]
+    torch::Tensor v = qkv[2].view({S, KV, D});                                            // [S, KV, D]
     observe(observer, l, "q_proj", q);
     observe(observer, l, "k_proj", k);
     observe(observer, l, "v_proj", v);
@@ -398,7 +399,9 @@ torch::Tensor Transformer::mlp(int64_t l, const torch::Tensor& x, ForwardObserve
     const LayerWeights& lw = weights_.layers[l];
     // SwiGLU: down(silu(gate(x)) * up(x))
     if (invariant()) {  // silu and the product per element in fp32, rounded once
-        torch::Tensor gate = project(x, lw.wGate), up = project(x, lw.wUp);                // [S, I]
+        const auto gateUp = kernels::linears(x, {{lw.wGate, {}}, {lw.wUp, {}}}, x.scalar_type());
+        const torch::Tensor& gate = gateUp[0];                                             // [S, I]
+        const torch::Tensor& up = gateUp[1];                                               // [S, I]
         observe(observer, l, "mlp_up", up);
         torch::Tensor down = project(kernels::siluGate(gate, up), lw.wDown);               // [S, H]
         observe(observer, l, "mlp", down);
