@@ -6,6 +6,7 @@
 #include "core/cache/fingerprint.h"
 #include "core/cache/locator.h"
 #include "core/cache/transplant.h"
+#include "core/model/random_checkpoint.h"
 #include "core/util/file_names.h"
 #include "core/model/safetensors.h"
 #include "core/util/error.h"
@@ -107,6 +108,29 @@ TEST_P(Constructions, InvariantKernelsMakeEveryConstructionBitExact) {
         for (std::size_t t = 0; t < b.live.ids().size(); ++t) {
             const torch::Tensor row = m.forward({b.live.ids()[t]}, stepwise);               // [1, V]
             ASSERT_TRUE(torch::equal(row[0], everyRow[static_cast<int64_t>(t)])) << "position " << t;
+        }
+    }
+}
+
+TEST_P(Constructions, InvariantKernelsAreBitExactOnOddShapes) {
+    // Sizes that are no multiple of the 16-lane chunks anywhere: head_dim 24, hidden 120, 5 query
+    // heads on 1 KV head, intermediate 200; the invariance must not rest on aligned shapes.
+    test::TempDir dir;
+    RandomCheckpointSpec spec;
+    spec.architecture = GetParam() == "llama"   ? Architecture::Llama
+                        : GetParam() == "qwen3" ? Architecture::Qwen3
+                                                : Architecture::Qwen2;
+    spec.hiddenSize = 120, spec.numHeads = 5, spec.numKvHeads = 1, spec.intermediateSize = 200, spec.seed = 7;
+    writeRandomCheckpoint(spec, dir.file("odd"));
+    Numerics numerics;
+    numerics.kernels = Kernels::Invariant;
+    for (const auto dtype : {torch::kBFloat16, torch::kFloat32}) {
+        Transformer m = Transformer::load(dir.file("odd"), dtype, torch::kCPU, nullptr, numerics);
+        ASSERT_EQ(m.config().headDim, 24);
+        const KvCache live = buildLiveCache(m, kPrompt, 37);
+        for (const char* construction : {"prefill", "chunked:7", "incremental:0"}) {
+            const KvCache other = buildCache(m, live.ids(), Construction::parse(construction), live.promptLength());
+            EXPECT_TRUE(sameBits(live, other)) << construction << " " << dtypeName(dtype);
         }
     }
 }
