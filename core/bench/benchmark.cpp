@@ -120,7 +120,10 @@ std::vector<KernelRow> measureKernels(const Transformer& model, int64_t prefillR
         {"gate_proj", l.wGate}, {"down_proj", l.wDown}, {"lm_head", model.weights().lmHead}};
     std::vector<KernelRow> rows;
     for (const int64_t n : {int64_t{1}, prefillRows}) {
-        for (const auto& [name, w] : shapes) {
+        for (const auto& shape : shapes) {
+            // Not a structured binding: clang before 16 cannot capture one in the lambda below.
+            const std::string& name = shape.first;
+            const torch::Tensor& w = shape.second;
             if (name == "lm_head" && n > 1) continue;  // a prefill computes the last row's logits only
             const torch::Tensor x = torch::randn({n, w.size(1)}).to(model.dtype());
             KernelRow row;
