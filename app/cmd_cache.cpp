@@ -165,7 +165,7 @@ void addDiff(CLI::App* cache) {
 
 void addTransplant(CLI::App* cache) {
     struct Options {
-        std::string recipient, donor, layers, kv = "kv", positions, out;
+        std::string recipient, donor, layers, kv = "kv", keyLayers, valueLayers, positions, out;
     };
     auto o = std::make_shared<Options>();
     CLI::App* cmd = cache->add_subcommand("transplant", "Splice chosen layers of a donor cache into a recipient");
@@ -173,17 +173,37 @@ void addTransplant(CLI::App* cache) {
         ->required()
         ->check(CLI::ExistingFile);
     cmd->add_option("--donor", o->donor, "Cache the chosen layers come from")->required()->check(CLI::ExistingFile);
-    cmd->add_option("--layers", o->layers, "all, or a list like 0-11,20")->required();
-    cmd->add_option("--kv", o->kv, "k, v or kv (default)");
+    CLI::Option* layers = cmd->add_option("--layers", o->layers, "all, or a list like 0-11,20");
+    cmd->add_option("--kv", o->kv, "k, v or kv (default)")->needs(layers);
+    CLI::Option* keyLayers =
+        cmd->add_option("--key-layers", o->keyLayers, "Keys from these layers (all, or a list like 0-3)")
+            ->excludes(layers);
+    CLI::Option* valueLayers =
+        cmd->add_option("--value-layers", o->valueLayers, "Values from these layers")->excludes(layers);
     cmd->add_option("--positions", o->positions, "Only positions a:b (half-open; either side may be empty)");
     cmd->add_option("--out", o->out, "Output cache file")->required();
-    cmd->callback([o] {
+    cmd->callback([o, layers, keyLayers, valueLayers] {
+        if (!*layers && !*keyLayers && !*valueLayers)
+            throw UsageError("cache transplant needs --layers (with --kv), or --key-layers and/or --value-layers");
         const KvCache recipient = loadCache(o->recipient), donor = loadCache(o->donor);
-        TransplantSpec spec;
-        spec.layers = TransplantSpec::parseLayers(o->layers, recipient.numLayers());
-        spec.parseKv(o->kv);
-        if (!o->positions.empty()) spec.parsePositions(o->positions);
-        const KvCache spliced = transplant(recipient, donor, spec);
+        const int64_t n = recipient.numLayers();
+        KvSplice splice;
+        if (*layers) {
+            TransplantSpec spec;
+            spec.parseKv(o->kv);
+            const auto chosen = TransplantSpec::parseLayers(o->layers, n);
+            if (spec.keys) splice.keyLayers = chosen;
+            if (spec.values) splice.valueLayers = chosen;
+        } else {
+            if (*keyLayers) splice.keyLayers = TransplantSpec::parseLayers(o->keyLayers, n);
+            if (*valueLayers) splice.valueLayers = TransplantSpec::parseLayers(o->valueLayers, n);
+        }
+        if (!o->positions.empty()) {
+            TransplantSpec range;
+            range.parsePositions(o->positions);
+            splice.positionBegin = range.positionBegin, splice.positionEnd = range.positionEnd;
+        }
+        const KvCache spliced = transplantKeysAndValues(recipient, donor, splice);
         saveCache(spliced, o->out);
         std::cout << "wrote " << spliced.construction() << " to " << o->out << "\n";
     });
@@ -268,9 +288,7 @@ void addContinue(CLI::App& app) {
         takeBuildFromCache(o->model, o->cache);
         Transformer model = loadModel(o->model);
         const KvCache cache = loadCacheFor(o->cache, model);
-        StopRules stops;
-        stops.maxNewTokens = o->decode.maxNewTokens;
-        stops.eosIds = model.config().eosTokenIds;
+        const StopRules stops = stopRulesFor(model, o->decode.maxNewTokens);
         printGeneration(cache.ids(), continueFrom(model, cache, o->decode.sampling, stops),
                         tokenizerIfPresent(o->model.model), o->json);
     });

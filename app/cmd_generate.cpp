@@ -40,12 +40,9 @@ void run(const GenerateOptions& o) {
     const std::vector<int64_t> prompt = promptIdsFor(o, tok);
     Transformer model = loadModel(o.model);
 
-    StopRules stops;
-    stops.maxNewTokens = o.decode.maxNewTokens;
-    stops.eosIds = model.config().eosTokenIds;
-    stops.stopStrings = o.stops;
-    if (tok) stops.detokenize = [&](const std::vector<int64_t>& ids) { return tok->decode(ids); };
     if (!o.stops.empty() && !tok) throw UsageError("--stop needs tokenizer.json in the model directory");
+    const StopRules stops = stopRulesFor(model, o.decode.maxNewTokens, false, o.stops,
+                                         [&](const std::vector<int64_t>& ids) { return tok->decode(ids); });
 
     Generator generator(model);
     printGeneration(prompt, generator.generate(prompt, o.decode.sampling, stops), tok, o.json);

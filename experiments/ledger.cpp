@@ -371,4 +371,23 @@ std::vector<RunInfo> mergeLedgers(const std::string& outPath, const std::vector<
     return runs;
 }
 
+RunDescription describeRun(const nlohmann::json& manifest) {
+    auto text = [&](const nlohmann::json::json_pointer& at) {
+        return manifest.contains(at) && manifest[at].is_string() ? manifest[at].get<std::string>() : std::string();
+    };
+    using Pointer = nlohmann::json::json_pointer;
+    RunDescription d;
+    d.name = text(Pointer("/identity/config/name"));
+    d.experimentPath = text(Pointer("/paths/experiment"));
+    d.modelPath = text(Pointer("/paths/model"));
+    d.datasetPath = text(Pointer("/paths/dataset"));
+    d.device = text(Pointer("/identity/config/model/device"));
+    d.kernels = text(Pointer("/identity/config/model/kernels"));
+    const Pointer dtypes("/identity/config/model/dtypes");
+    if (manifest.contains(dtypes) && manifest[dtypes].is_array())
+        for (const auto& dtype : manifest[dtypes])
+            if (dtype.is_string()) d.dtypes.push_back(dtype.get<std::string>());
+    return d;
+}
+
 }  // namespace kvscope::experiments

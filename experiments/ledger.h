@@ -23,6 +23,16 @@ struct RunInfo {
     int64_t itemsDone = 0;
 };
 
+// What readers of a run show and reopen, typed: the GUI's and the report's view of a manifest
+// (fields an older ledger lacks stay empty).
+struct RunDescription {
+    std::string name;
+    std::string experimentPath, modelPath, datasetPath;  // where the run found its inputs
+    std::vector<std::string> dtypes;                     // the main precision first
+    std::string device, kernels;
+};
+RunDescription describeRun(const nlohmann::json& manifest);
+
 struct ItemRecord {
     std::string itemId;
     int64_t index = 0;                 // position in the dataset

@@ -13,6 +13,28 @@
 #include <filesystem>
 
 namespace kvscope::experiments {
+
+int64_t firstDivergence(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+    const std::size_t n = std::min(a.size(), b.size());
+    for (std::size_t i = 0; i < n; ++i)
+        if (a[i] != b[i]) return static_cast<int64_t>(i);
+    return a.size() == b.size() ? -1 : static_cast<int64_t>(n);
+}
+
+StopRules stopRules(const ItemContext& ctx, const Transformer& model, int64_t budget) {
+    return stopRulesFor(model, budget, ctx.config.ignoreEos, ctx.config.stopStrings,
+                        [&ctx](const std::vector<int64_t>& ids) { return ctx.tokenizer.decode(ids); });
+}
+
+TransplantOutcome judgeTransplant(const std::vector<int64_t>& result, const std::vector<int64_t>& donor,
+                                  const std::vector<int64_t>& recipient) {
+    TransplantOutcome o;
+    o.splitFromDonor = firstDivergence(result, donor);
+    o.followsDonor = o.splitFromDonor < 0;
+    o.followsRecipient = firstDivergence(result, recipient) < 0;
+    return o;
+}
+
 namespace {
 
 using nlohmann::json;
@@ -22,14 +44,6 @@ using nlohmann::json;
 std::vector<int64_t> concat(std::vector<int64_t> a, const std::vector<int64_t>& b) {
     a.insert(a.end(), b.begin(), b.end());
     return a;
-}
-
-// Index of the first position where two suffixes differ (a length difference counts); -1 if equal.
-int64_t firstDivergence(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
-    const std::size_t n = std::min(a.size(), b.size());
-    for (std::size_t i = 0; i < n; ++i)
-        if (a[i] != b[i]) return static_cast<int64_t>(i);
-    return a.size() == b.size() ? -1 : static_cast<int64_t>(n);
 }
 
 // Where the trace's stage boundary falls (number of generated tokens in the prefix), or 0 if the
@@ -47,15 +61,6 @@ int64_t boundaryIndex(const ItemContext& ctx, const std::vector<int64_t>& trace)
             if (ctx.tokenizer.decode({trace.begin(), trace.begin() + k}).find(c.boundaryMarker) != std::string::npos)
                 b = k;
     return (b > 0 && b < n) ? b : 0;
-}
-
-StopRules stopRules(const ItemContext& ctx, const Transformer& model, int64_t budget) {
-    StopRules s;
-    s.maxNewTokens = budget;
-    if (!ctx.config.ignoreEos) s.eosIds = model.config().eosTokenIds;
-    s.stopStrings = ctx.config.stopStrings;
-    s.detokenize = [&ctx](const std::vector<int64_t>& ids) { return ctx.tokenizer.decode(ids); };
-    return s;
 }
 
 struct Side {
@@ -151,14 +156,13 @@ json runTransplant(const ItemContext& ctx, const Prefix& p, const KvCache& live,
     const StopRules stops = stopRules(ctx, m, p.budget);
     const auto intoPrefill = continueFrom(m, transplant(prefill, live, spec), ctx.config.sampling, stops).ids;
     const auto intoLive = continueFrom(m, transplant(live, prefill, spec), ctx.config.sampling, stops).ids;
+    auto verdict = [](const TransplantOutcome& o) {
+        return json{{"follows_donor", o.followsDonor}, {"follows_recipient", o.followsRecipient}};
+    };
     return {{"layers", ctx.config.transplantLayers},
             {"kv", ctx.config.transplantKv},
-            {"prefill_from_live",
-             {{"follows_donor", intoPrefill == liveSide.suffix.ids},
-              {"follows_recipient", intoPrefill == prefillSide.suffix.ids}}},
-            {"live_from_prefill",
-             {{"follows_donor", intoLive == prefillSide.suffix.ids},
-              {"follows_recipient", intoLive == liveSide.suffix.ids}}}};
+            {"prefill_from_live", verdict(judgeTransplant(intoPrefill, liveSide.suffix.ids, prefillSide.suffix.ids))},
+            {"live_from_prefill", verdict(judgeTransplant(intoLive, prefillSide.suffix.ids, liveSide.suffix.ids))}};
 }
 
 // Smallest contiguous layer range [lo, hi) whose transplant (prefill <- live) reproduces the live
@@ -216,7 +220,8 @@ std::vector<int64_t> promptIdsFor(const ItemContext& ctx, const DatasetItem& ite
 }
 
 BoundaryState rebuildBoundary(const ItemContext& ctx, const std::vector<int64_t>& prompt,
-                              const std::vector<int64_t>& trace, int64_t boundary) {
+                              const std::vector<int64_t>& trace, int64_t boundary,
+                              const std::function<bool()>& keepGoing) {
     if (boundary <= 0 || boundary > static_cast<int64_t>(trace.size()))
         throw UsageError("stage boundary " + std::to_string(boundary) + " is outside the trace (1.." +
                          std::to_string(trace.size()) + " generated tokens)");
@@ -227,14 +232,22 @@ BoundaryState rebuildBoundary(const ItemContext& ctx, const std::vector<int64_t>
     b.boundary = boundary;
     b.prefix = concat(prompt, {trace.begin(), trace.begin() + boundary});
     b.budget = std::max<int64_t>(1, c.maxNewTokens - boundary);
+    auto checkpoint = [&] {
+        if (keepGoing && !keepGoing()) throw Cancelled("cancelled while rebuilding the stage boundary");
+    };
+    const TokenCallback onToken = [&](const StepRecord&, int64_t) { return !keepGoing || keepGoing(); };
     b.live = buildLiveCache(m, prompt, boundary, c.sampling);
     if (b.live.ids() != b.prefix)
         throw UsageError(
             "decoding the prompt again does not reproduce the stored trace up to the boundary "
             "(different model, precision or sampling than the run?)");
+    checkpoint();
     b.prefill = buildCache(m, b.prefix, Construction::parse("prefill"), static_cast<int64_t>(prompt.size()));
-    b.liveSuffix = continueWithRunRules(ctx, b.live, b.budget);
-    b.prefillSuffix = continueWithRunRules(ctx, b.prefill, b.budget);
+    checkpoint();
+    b.liveSuffix = continueWithRunRules(ctx, b.live, b.budget, onToken);
+    checkpoint();
+    b.prefillSuffix = continueWithRunRules(ctx, b.prefill, b.budget, onToken);
+    checkpoint();
     return b;
 }
 

@@ -59,6 +59,20 @@ bool auditsAtPrefillSpeed(const ExperimentConfig& config, AuditDepth depth);
 
 std::vector<int64_t> promptIdsFor(const ItemContext& ctx, const DatasetItem& item);
 
+// Index of the first position where two continuations differ (a length difference counts); -1 if equal.
+int64_t firstDivergence(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
+// The run's stop rules for a continuation of at most `budget` new tokens.
+StopRules stopRules(const ItemContext& ctx, const Transformer& model, int64_t budget);
+
+// Which continuation a transplant's result follows: its cache donor's (the transplanted layers carry
+// the difference), its recipient's, both (they agree) or neither.
+struct TransplantOutcome {
+    bool followsDonor = false, followsRecipient = false;
+    int64_t splitFromDonor = -1;  // first index where the result leaves the donor's continuation; -1 never
+};
+TransplantOutcome judgeTransplant(const std::vector<int64_t>& result, const std::vector<int64_t>& donor,
+                                  const std::vector<int64_t>& recipient);
+
 // One item's stage boundary rebuilt from stored ids (the ledger's prompt and trace, or a session's):
 // the live cache a decode retains there, the one-shot prefill of the same ids, and each one's
 // continuation under the run's sampling and stop rules - exactly what runItem compares.
@@ -68,8 +82,10 @@ struct BoundaryState {
     KvCache live, prefill;
     GenerationResult liveSuffix, prefillSuffix;
 };
+// `keepGoing` is asked between tokens and steps; when it says no, Cancelled is thrown.
 BoundaryState rebuildBoundary(const ItemContext& ctx, const std::vector<int64_t>& prompt,
-                              const std::vector<int64_t>& trace, int64_t boundary);
+                              const std::vector<int64_t>& trace, int64_t boundary,
+                              const std::function<bool()>& keepGoing = {});
 // A continuation from any cache of that prefix (a transplant, say) under the run's rules, by the
 // model of `dtype` (empty: the run's main precision), which must be the one that built the cache.
 GenerationResult continueWithRunRules(const ItemContext& ctx, const KvCache& cache, int64_t budget,

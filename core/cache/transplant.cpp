@@ -54,16 +54,22 @@ void TransplantSpec::parsePositions(const std::string& text) {
         throw UsageError("--positions: end is before begin in '" + text + "'");
 }
 
-std::string TransplantSpec::describe() const {
-    std::string s = "transplant(layers=";
+namespace {
+
+std::string layerList(const std::vector<int64_t>& layers) {
+    std::string s;
     for (std::size_t i = 0; i < layers.size(); ++i) s += (i ? "," : "") + std::to_string(layers[i]);
-    s += std::string(",kv=") + (keys && values ? "kv" : keys ? "k" : "v");
-    s += ",positions=" + std::to_string(positionBegin) + ":" + (positionEnd < 0 ? "" : std::to_string(positionEnd)) +
-         ")";
     return s;
 }
 
-KvCache transplant(const KvCache& recipient, const KvCache& donor, const TransplantSpec& spec) {
+std::string positionRange(int64_t begin, int64_t end) {
+    return std::to_string(begin) + ":" + (end < 0 ? "" : std::to_string(end));
+}
+
+// Keys of `keyLayers` and values of `valueLayers` over positions [begin, end) from the donor;
+// `label` names the splice in the result's construction.
+KvCache splice(const KvCache& recipient, const KvCache& donor, const std::vector<int64_t>& keyLayers,
+               const std::vector<int64_t>& valueLayers, int64_t begin, int64_t endOrAll, const std::string& label) {
     auto refuse = [](const std::string& why) { throw UsageError("transplant refused: " + why); };
     if (recipient.modelFingerprint() != donor.modelFingerprint()) refuse("the caches come from different models");
     if (recipient.dtype() != donor.dtype()) refuse("the caches have different dtypes");
@@ -74,28 +80,23 @@ KvCache transplant(const KvCache& recipient, const KvCache& donor, const Transpl
         refuse("the caches have different lengths (" + std::to_string(recipient.length()) + " vs " +
                std::to_string(donor.length()) + " tokens)");
     if (recipient.ids() != donor.ids()) refuse("the caches were built from different token ids");
-    const int64_t end = spec.positionEnd < 0 ? recipient.length() : spec.positionEnd;
+    const int64_t end = endOrAll < 0 ? recipient.length() : endOrAll;
     if (end > recipient.length())
         refuse("position range ends past the cache (" + std::to_string(recipient.length()) + " tokens)");
-    if (spec.positionBegin >= end)
-        refuse("position range " + std::to_string(spec.positionBegin) + ":" + std::to_string(end) +
+    if (begin >= end)
+        refuse("position range " + std::to_string(begin) + ":" + std::to_string(end) +
                " selects no position of the cache (" + std::to_string(recipient.length()) + " tokens)");
-    for (int64_t l : spec.layers)
-        if (l < 0 || l >= recipient.numLayers()) refuse("layer " + std::to_string(l) + " does not exist");
+    for (const auto* layers : {&keyLayers, &valueLayers})
+        for (int64_t l : *layers)
+            if (l < 0 || l >= recipient.numLayers()) refuse("layer " + std::to_string(l) + " does not exist");
 
     KvCache out = recipient.clone();
-    const int64_t count = end - spec.positionBegin;
-    for (int64_t l : spec.layers) {
-        if (spec.keys)
-            out.layerKeys(l)
-                .narrow(1, spec.positionBegin, count)
-                .copy_(donor.layerKeys(l).narrow(1, spec.positionBegin, count));
-        if (spec.values)
-            out.layerValues(l)
-                .narrow(1, spec.positionBegin, count)
-                .copy_(donor.layerValues(l).narrow(1, spec.positionBegin, count));
-    }
-    out.setConstruction(spec.describe() + " of " + donor.construction() + " into " + recipient.construction());
+    const int64_t count = end - begin;
+    for (int64_t l : keyLayers)
+        out.layerKeys(l).narrow(1, begin, count).copy_(donor.layerKeys(l).narrow(1, begin, count));
+    for (int64_t l : valueLayers)
+        out.layerValues(l).narrow(1, begin, count).copy_(donor.layerValues(l).narrow(1, begin, count));
+    out.setConstruction(label + " of " + donor.construction() + " into " + recipient.construction());
     // Next-token logits came from a cache's own last forward. A splice that left every K and V bit
     // equal to one of its sources *is* that source, so it keeps that source's logits; any other
     // splice has none, and a continuation re-feeds its last token.
@@ -109,6 +110,35 @@ KvCache transplant(const KvCache& recipient, const KvCache& donor, const Transpl
     const KvCache* same = sameKv(donor) ? &donor : sameKv(recipient) ? &recipient : nullptr;
     out.setNextLogits(same && same->nextLogits().defined() ? same->nextLogits().clone() : torch::Tensor());
     return out;
+}
+
+}  // namespace
+
+std::string TransplantSpec::describe() const {
+    return "transplant(layers=" + layerList(layers) + ",kv=" +
+           (keys && values ? "kv"
+            : keys         ? "k"
+                           : "v") +
+           ",positions=" + positionRange(positionBegin, positionEnd) + ")";
+}
+
+KvCache transplant(const KvCache& recipient, const KvCache& donor, const TransplantSpec& spec) {
+    const std::vector<int64_t> none;
+    return splice(recipient, donor, spec.keys ? spec.layers : none, spec.values ? spec.layers : none,
+                  spec.positionBegin, spec.positionEnd, spec.describe());
+}
+
+std::string KvSplice::describe() const {
+    // A splice that TransplantSpec can say (one layer set, k, v or kv) is labelled as it would be.
+    if (keyLayers == valueLayers) return TransplantSpec{keyLayers, true, true, positionBegin, positionEnd}.describe();
+    if (valueLayers.empty()) return TransplantSpec{keyLayers, true, false, positionBegin, positionEnd}.describe();
+    if (keyLayers.empty()) return TransplantSpec{valueLayers, false, true, positionBegin, positionEnd}.describe();
+    return "transplant(key_layers=" + layerList(keyLayers) + ",value_layers=" + layerList(valueLayers) +
+           ",positions=" + positionRange(positionBegin, positionEnd) + ")";
+}
+
+KvCache transplantKeysAndValues(const KvCache& recipient, const KvCache& donor, const KvSplice& s) {
+    return splice(recipient, donor, s.keyLayers, s.valueLayers, s.positionBegin, s.positionEnd, s.describe());
 }
 
 }  // namespace kvscope

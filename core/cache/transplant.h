@@ -27,4 +27,15 @@ struct TransplantSpec {
 // for bit; otherwise it has none and a continuation re-feeds the last token.
 KvCache transplant(const KvCache& recipient, const KvCache& donor, const TransplantSpec& spec);
 
+// Keys and values from different layer sets (either or both may be empty: an empty splice is the
+// recipient, the control), over one position range: the GUI's transplant and `cache transplant --key-layers A --value-layers B`.
+struct KvSplice {
+    std::vector<int64_t> keyLayers, valueLayers;
+    int64_t positionBegin = 0, positionEnd = -1;  // [begin, end); end < 0: to the end
+    // As TransplantSpec says it where it can ("transplant(layers=0,1,kv=k,positions=0:)": equal
+    // sets, or one empty), else "transplant(key_layers=0,1,value_layers=2,positions=0:)"
+    std::string describe() const;
+};
+KvCache transplantKeysAndValues(const KvCache& recipient, const KvCache& donor, const KvSplice& splice);
+
 }  // namespace kvscope

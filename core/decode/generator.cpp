@@ -7,6 +7,19 @@
 
 namespace kvscope {
 
+StopRules stopRulesFor(const Transformer& model, int64_t maxNewTokens, bool ignoreEos,
+                       std::vector<std::string> stopStrings,
+                       std::function<std::string(const std::vector<int64_t>&)> detokenize) {
+    if (!stopStrings.empty() && !detokenize)
+        throw UsageError("stop strings need a tokenizer to decode the generated text");
+    StopRules s;
+    s.maxNewTokens = maxNewTokens;
+    if (!ignoreEos) s.eosIds = model.config().eosTokenIds;
+    s.stopStrings = std::move(stopStrings);
+    s.detokenize = std::move(detokenize);
+    return s;
+}
+
 std::string stopReasonName(StopReason reason) {
     switch (reason) {
     case StopReason::Eos: return "eos";

@@ -23,6 +23,13 @@ struct StopRules {
     std::function<std::string(const std::vector<int64_t>&)> detokenize;  // needed for stopStrings
 };
 
+// The stop rules of every command and protocol: at most `maxNewTokens` new tokens, the model's EOS
+// ids unless `ignoreEos`, and `stopStrings` checked on the text `detokenize` gives (required when
+// there are stop strings).
+StopRules stopRulesFor(const Transformer& model, int64_t maxNewTokens, bool ignoreEos = false,
+                       std::vector<std::string> stopStrings = {},
+                       std::function<std::string(const std::vector<int64_t>&)> detokenize = {});
+
 // ContextFull: the sequence reached the model's max_position_embeddings.
 enum class StopReason { Eos, StopString, MaxNewTokens, Cancelled, ContextFull };
 // "eos", "stop_string", "max_new_tokens", "cancelled", "max_position_embeddings"

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+
 namespace kvscope {
 namespace {
 
@@ -66,7 +68,10 @@ TEST_F(CacheCli, DiffJsonReportsBridgeExactAndPrefillDifferent) {
     EXPECT_EQ(same["layers"][0]["k"]["max_abs"], 0.0);
 
     auto diff = json("cache diff " + f("live") + " " + f("prefill") + " --json");
-    EXPECT_EQ(diff["bit_exact"], false);
+    if (diff["bit_exact"] == true) {
+        EXPECT_TRUE(diff["first_difference"].is_null());
+        GTEST_SKIP() << test::noSplitHere("bf16 live and prefill caches are bit-identical");
+    }
     ASSERT_FALSE(diff["first_difference"].is_null());
     // Where the bits first part depends on the kernels (libtorch, CPU): check the report agrees with itself.
     const int firstLayer = diff["first_difference"]["layer"].get<int>();
@@ -99,15 +104,39 @@ TEST_F(CacheCli, TransplantAllMakesTheDonorAndContinuationFollowsIt) {
     auto partial = json("cache diff " + f("partial") + " " + f("prefill") + " --json");
     EXPECT_EQ(partial["layers"][0]["bit_exact"], true);
     EXPECT_EQ(partial["layers"][1]["k"]["differing"], 0);
+
+    // Keys and values from different layers (what the GUI's transplant panel does): keys of layer 0,
+    // values of layer 1; every other tensor stays the recipient's.
+    const auto split = run("cache transplant --recipient " + f("prefill") + " --donor " + f("live") +
+                           " --key-layers 0 --value-layers 1 --out " + f("split"));
+    ASSERT_EQ(split.exitCode, 0) << split.err;
+    EXPECT_NE(split.out.find("transplant(key_layers=0,value_layers=1,positions=0:)"), std::string::npos) << split.out;
+    auto fromDonor = json("cache diff " + f("split") + " " + f("live") + " --json");
+    auto fromRecipient = json("cache diff " + f("split") + " " + f("prefill") + " --json");
+    EXPECT_EQ(fromDonor["layers"][0]["k"]["differing"], 0);
+    EXPECT_EQ(fromDonor["layers"][1]["v"]["differing"], 0);
+    EXPECT_EQ(fromRecipient["layers"][0]["v"]["differing"], 0);
+    EXPECT_EQ(fromRecipient["layers"][1]["k"]["differing"], 0);
+    for (const std::string& wrong :
+         {std::string(" --layers 0 --key-layers 1"), std::string(" --kv k --key-layers 1"), std::string("")}) {
+        const auto refused =
+            run("cache transplant --recipient " + f("prefill") + " --donor " + f("live") + wrong + " --out " + f("no"));
+        EXPECT_EQ(refused.exitCode, 2) << wrong << ": " << refused.err;
+        EXPECT_FALSE(std::filesystem::exists(f("no"))) << wrong;
+    }
 }
 
 TEST_F(CacheCli, LocateNamesTheFirstDifferingOp) {
     auto j = json("cache locate --model " + model + " --dtype bf16 " + f("live") + " " + f("prefill") + " --json");
+    EXPECT_EQ(j["rebuilt_matches_file"]["a"], true);
+    EXPECT_EQ(j["rebuilt_matches_file"]["b"], true);
+    if (json("cache diff " + f("live") + " " + f("prefill") + " --json")["bit_exact"] == true) {
+        EXPECT_TRUE(j["first_difference"].is_null()) << "bit-identical caches, so no differing op";
+        GTEST_SKIP() << test::noSplitHere("bf16 live and prefill caches are bit-identical");
+    }
     ASSERT_FALSE(j["first_difference"].is_null());
     const std::string op = j["first_difference"]["op"];
     EXPECT_FALSE(test::isElementwiseOp(op)) << op << ": equal inputs give an elementwise op equal outputs";
-    EXPECT_EQ(j["rebuilt_matches_file"]["a"], true);
-    EXPECT_EQ(j["rebuilt_matches_file"]["b"], true);
     EXPECT_GT(j["ops"].size(), 20u);
 }
 
@@ -123,9 +152,13 @@ TEST_F(CacheCli, CommandsOnACacheTakeItsDtypeUnlessTold) {
               0);
     EXPECT_EQ(json("cache info " + f("implicit") + " --json")["fingerprint"],
               json("cache info " + f("prefill") + " --json")["fingerprint"]);
-    EXPECT_FALSE(
-        json("cache locate --model " + model + " " + f("live") + " " + f("prefill") + " --json")["first_difference"]
-            .is_null());
+    auto locate = [&](const std::string& dtype) {
+        return json("cache locate --model " + model + dtype + " " + f("live") + " " + f("prefill") + " --json");
+    };
+    const auto implicitLocate = locate(""), explicitLocate = locate(" --dtype bf16");
+    EXPECT_EQ(implicitLocate["rebuilt_matches_file"]["a"], true) << "the rebuild in the cache's dtype is the cache";
+    EXPECT_EQ(implicitLocate["first_difference"], explicitLocate["first_difference"]);
+    EXPECT_EQ(implicitLocate["ops"], explicitLocate["ops"]);
 }
 
 TEST_F(CacheCli, InvariantKernelsRebuildTheLiveCacheAndCommandsTakeThemFromTheCache) {

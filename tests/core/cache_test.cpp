@@ -15,6 +15,8 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 namespace kvscope {
 namespace {
 
@@ -44,6 +46,17 @@ std::pair<KvCache, KvCache> liveAndPrefill(const Transformer& m, int64_t generat
 
 bool sameBits(const KvCache& a, const KvCache& b) { return fingerprintCache(a).overall == fingerprintCache(b).overall; }
 
+// A donor whose every K and V element differs from `cache`'s (same model, ids and length), for tests
+// of the splicing itself: whether live and prefill differ depends on the CPU and libtorch.
+KvCache differentEverywhere(const KvCache& cache) {
+    KvCache out = cache.clone();
+    for (int64_t l = 0; l < out.numLayers(); ++l) {
+        out.layerKeys(l).add_(1.0);
+        out.layerValues(l).add_(1.0);
+    }
+    return out;
+}
+
 class Constructions : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Constructions, Fp32ConstructionsAgreeWithinTolerance) {
@@ -63,7 +76,7 @@ TEST_P(Constructions, Fp32ConstructionsAgreeWithinTolerance) {
     EXPECT_EQ(b.incremental.construction(), "incremental:" + std::to_string(kPrompt.size()));
 }
 
-TEST_P(Constructions, Bf16IncrementalIsBitExactWithLiveAndPrefillIsNot) {
+TEST_P(Constructions, Bf16IncrementalIsBitExactWithLive) {
     // The study's "bridge": feeding the prompt in one forward and then one token at a time rebuilds
     // the live cache bit for bit, because it runs exactly the same kernels on the same inputs.
     Transformer m =
@@ -72,12 +85,22 @@ TEST_P(Constructions, Bf16IncrementalIsBitExactWithLiveAndPrefillIsNot) {
     EXPECT_TRUE(sameBits(b.live, b.incremental));
     EXPECT_TRUE(diffCaches(b.live, b.incremental).bitExact);
     EXPECT_TRUE(torch::equal(b.live.nextLogits(), b.incremental.nextLogits()));
+}
+
+TEST_P(Constructions, Bf16PrefillDiffersFromLiveAndTheDiffSaysWhere) {
     // One-shot prefill runs the same ops on matrices of other shapes (many rows where live had one),
-    // which the kernels accumulate in another order: in bf16 the low bits differ. Where they first
-    // differ (layer, op) depends on the libtorch build and the CPU, so only the report's own
-    // consistency is pinned here.
-    const CacheDiff d = diffCaches(b.live, b.prefill);
-    EXPECT_FALSE(d.bitExact);
+    // which the kernels may accumulate in another order: then the low bits differ. Whether and where
+    // they first differ (layer, op) depends on the libtorch build and the CPU, so only the report's
+    // own consistency is pinned here.
+    Transformer m =
+        Transformer::load(test::tinyModel(GetParam() + std::string("-wide")), torch::kBFloat16, torch::kCPU);
+    auto [live, prefill] = liveAndPrefill(m, 64);
+    const CacheDiff d = diffCaches(live, prefill);
+    EXPECT_EQ(d.bitExact, sameBits(live, prefill)) << "the diff and the fingerprints agree";
+    if (d.bitExact) {
+        EXPECT_FALSE(d.firstDifference.has_value());
+        GTEST_SKIP() << test::noSplitHere("bf16 live and prefill caches are bit-identical");
+    }
     ASSERT_TRUE(d.firstDifference.has_value());
     for (int64_t l = 0; l < d.firstDifference->first; ++l) EXPECT_TRUE(d.perLayer[l].bitExact) << "layer " << l;
     EXPECT_FALSE(d.perLayer[d.firstDifference->first].bitExact);
@@ -299,6 +322,7 @@ TEST(CacheDiff, RefusesMismatchedCaches) {
 TEST(Transplant, AllLayersYieldsTheDonorBitForBitAndContinuationFollowsIt) {
     Transformer m = Transformer::load(test::tinyModel("qwen2-wide"), torch::kBFloat16, torch::kCPU);
     auto [live, prefill] = liveAndPrefill(m, 64);
+    const std::string liveBefore = fingerprintCache(live).overall, prefillBefore = fingerprintCache(prefill).overall;
     TransplantSpec all;
     all.layers = TransplantSpec::parseLayers("all", m.config().numLayers);
     KvCache spliced = transplant(prefill, live, all);
@@ -311,12 +335,14 @@ TEST(Transplant, AllLayersYieldsTheDonorBitForBitAndContinuationFollowsIt) {
     stops.maxNewTokens = 10;
     EXPECT_EQ(continueFrom(m, spliced, {}, stops).ids, continueFrom(m, live, {}, stops).ids);
     // The source caches are untouched.
-    EXPECT_FALSE(sameBits(prefill, live));
+    EXPECT_EQ(fingerprintCache(live).overall, liveBefore);
+    EXPECT_EQ(fingerprintCache(prefill).overall, prefillBefore);
 }
 
 TEST(Transplant, ChosenLayersKvAndPositionsOnly) {
     Transformer m = Transformer::load(test::tinyModel("qwen2-wide"), torch::kBFloat16, torch::kCPU);
-    auto [live, prefill] = liveAndPrefill(m, 64);
+    auto [donorCache, prefill] = liveAndPrefill(m, 64);
+    const KvCache live = differentEverywhere(donorCache);
     TransplantSpec spec;
     spec.layers = TransplantSpec::parseLayers("1", m.config().numLayers);
     spec.parseKv("k");
@@ -331,6 +357,35 @@ TEST(Transplant, ChosenLayersKvAndPositionsOnly) {
     EXPECT_EQ(TransplantSpec::parseLayers("0-1,1", 2), (std::vector<int64_t>{0, 1}));
     EXPECT_THROW(TransplantSpec::parseLayers("0-5", 2), UsageError);
     EXPECT_THROW(spec.parseKv("q"), UsageError);
+}
+
+TEST(Transplant, KeysAndValuesFromDifferentLayerSets) {
+    Transformer m = Transformer::load(test::tinyModel("qwen2-wide"), torch::kBFloat16, torch::kCPU);
+    auto [liveCache, prefill] = liveAndPrefill(m, 64);
+    const KvCache live = differentEverywhere(liveCache);
+    const KvSplice splice{{0}, {1}, 4, -1};  // keys of layer 0, values of layer 1, from position 4 on
+    const KvCache s = transplantKeysAndValues(prefill, live, splice);
+    auto from4 = [&](const torch::Tensor& t) { return t.narrow(1, 4, s.length() - 4); };
+    EXPECT_TRUE(torch::equal(from4(s.layerKeys(0)), from4(live.layerKeys(0))));
+    EXPECT_TRUE(torch::equal(s.layerValues(0), prefill.layerValues(0)));
+    EXPECT_TRUE(torch::equal(s.layerKeys(1), prefill.layerKeys(1)));
+    EXPECT_TRUE(torch::equal(from4(s.layerValues(1)), from4(live.layerValues(1))));
+    EXPECT_TRUE(torch::equal(s.layerValues(1).narrow(1, 0, 4), prefill.layerValues(1).narrow(1, 0, 4)));
+    EXPECT_FALSE(sameBits(s, live));
+    EXPECT_FALSE(sameBits(s, prefill));
+    EXPECT_EQ(s.construction().rfind("transplant(key_layers=0,value_layers=1,positions=4:) of ", 0), 0u)
+        << s.construction();
+    // The same bits as K alone, then V alone, through TransplantSpec.
+    TransplantSpec keys{{0}, true, false, 4, -1}, values{{1}, false, true, 4, -1};
+    EXPECT_TRUE(sameBits(s, transplant(transplant(prefill, live, keys), live, values)));
+    // One set, or equal sets, are labelled as TransplantSpec labels them; an empty splice is the recipient.
+    EXPECT_EQ((KvSplice{{0, 1}, {0, 1}, 0, -1}.describe()), (TransplantSpec{{0, 1}, true, true, 0, -1}.describe()));
+    EXPECT_EQ((KvSplice{{}, {1}, 0, 8}.describe()), "transplant(layers=1,kv=v,positions=0:8)");
+    const KvCache none = transplantKeysAndValues(prefill, live, KvSplice{});
+    EXPECT_TRUE(sameBits(none, prefill));
+    ASSERT_TRUE(none.nextLogits().defined());
+    EXPECT_TRUE(torch::equal(none.nextLogits(), prefill.nextLogits())) << "it is the recipient, with its logits";
+    EXPECT_THROW(transplantKeysAndValues(prefill, live, KvSplice{{0}, {7}, 0, -1}), UsageError) << "no layer 7";
 }
 
 TEST(Transplant, RefusesMismatchedCachesWithTheReason) {
@@ -357,13 +412,22 @@ TEST(Transplant, RefusesMismatchedCachesWithTheReason) {
     expectRefusal(buildLiveCache(m, kPrompt, 5), "selects no position");
 }
 
-TEST(Locator, FindsTheFirstDifferingOpBetweenLiveAndPrefillInBf16) {
-    Transformer m = Transformer::load(test::tinyModel("qwen2-wide"), torch::kBFloat16, torch::kCPU);
-    KvCache live = buildLiveCache(m, kPrompt, 64);
-    const LocatorReport r = locateDivergence(m, live.ids(), live.promptLength(), Construction::parse("incremental"),
-                                             Construction::parse("prefill"));
-    EXPECT_EQ(r.cacheFingerprintA, fingerprintCache(live).overall);  // the rebuild is the live cache
-    ASSERT_TRUE(r.firstDifference.has_value());
+TEST(Locator, FindsTheFirstDifferingOpBetweenLiveAndPrefill) {
+    // bf16 where its live and prefill differ on this machine, else fp32 (whose GEMV and GEMM kernels
+    // differ on every machine seen so far).
+    std::optional<Transformer> model;
+    KvCache live;
+    LocatorReport r;
+    for (const torch::ScalarType dtype : {torch::kBFloat16, torch::kFloat32}) {
+        model.emplace(Transformer::load(test::tinyModel("qwen2-wide"), dtype, torch::kCPU));
+        live = buildLiveCache(*model, kPrompt, 64);
+        r = locateDivergence(*model, live.ids(), live.promptLength(), Construction::parse("incremental"),
+                             Construction::parse("prefill"));
+        EXPECT_EQ(r.cacheFingerprintA, fingerprintCache(live).overall);  // the rebuild is the live cache
+        if (r.firstDifference) break;
+    }
+    if (!r.firstDifference) GTEST_SKIP() << test::noSplitHere("bf16 and fp32 live and prefill are bit-identical");
+    const Transformer& m = *model;
     const OpComparison& first = r.ops[*r.firstDifference];
     for (std::size_t i = 0; i < *r.firstDifference; ++i) EXPECT_TRUE(r.ops[i].bitExact) << r.ops[i].op;
     EXPECT_FALSE(first.bitExact);

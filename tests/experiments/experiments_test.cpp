@@ -5,6 +5,7 @@
 #include "experiments/experiment_config.h"
 #include "experiments/ledger.h"
 #include "experiments/manifest.h"
+#include "experiments/protocols.h"
 #include "experiments/report.h"
 
 #include "core/model/transformer.h"
@@ -273,6 +274,41 @@ TEST(Manifest, HashesInputsAndNamesWhatChanged) {
     const auto m2 = buildManifest(c);
     EXPECT_NE(runIdOf(m1), runIdOf(m2));
     EXPECT_EQ(describeManifestChange(m1, m2), "file dataset/data.jsonl changed");
+}
+
+TEST(Manifest, DescribeRunReadsTheTypedFieldsAndToleratesAnOlderManifest) {
+    test::TempDir dir;
+    ExperimentConfig c = ExperimentConfig::load(writeToml(dir, ""));
+    c.dtypes = {"bf16", "fp32"};
+    const RunDescription d = describeRun(buildManifest(c));
+    EXPECT_EQ(d.experimentPath, dir.file("exp.toml"));
+    EXPECT_EQ(d.modelPath, test::tinyModel("qwen2"));
+    EXPECT_EQ(d.datasetPath, dir.file("data.jsonl"));
+    EXPECT_EQ(d.dtypes, (std::vector<std::string>{"bf16", "fp32"}));
+    EXPECT_EQ(d.device, "cpu");
+    EXPECT_EQ(d.kernels, "torch");
+    const RunDescription old = describeRun(nlohmann::json{{"paths", {{"model", 7}}}});
+    EXPECT_TRUE(old.modelPath.empty() && old.experimentPath.empty() && old.dtypes.empty());
+}
+
+TEST(Protocols, FirstDivergenceAndTheTransplantVerdict) {
+    const std::vector<int64_t> donor = {5, 6, 7, 8}, recipient = {5, 6, 9, 10};
+    EXPECT_EQ(firstDivergence(donor, donor), -1);
+    EXPECT_EQ(firstDivergence(donor, recipient), 2);
+    EXPECT_EQ(firstDivergence(donor, {5, 6, 7}), 3) << "a length difference counts";
+    const TransplantOutcome toDonor = judgeTransplant(donor, donor, recipient);
+    EXPECT_TRUE(toDonor.followsDonor);
+    EXPECT_FALSE(toDonor.followsRecipient);
+    EXPECT_EQ(toDonor.splitFromDonor, -1);
+    const TransplantOutcome toRecipient = judgeTransplant(recipient, donor, recipient);
+    EXPECT_FALSE(toRecipient.followsDonor);
+    EXPECT_TRUE(toRecipient.followsRecipient);
+    EXPECT_EQ(toRecipient.splitFromDonor, 2);
+    const TransplantOutcome neither = judgeTransplant({5, 1}, donor, recipient);
+    EXPECT_FALSE(neither.followsDonor || neither.followsRecipient);
+    EXPECT_EQ(neither.splitFromDonor, 1);
+    const TransplantOutcome agree = judgeTransplant(donor, donor, donor);
+    EXPECT_TRUE(agree.followsDonor && agree.followsRecipient) << "donor and recipient agree: both";
 }
 
 TEST(Report, GoldenOutputForAKnownLedger) {

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "support/test_support.h"
 
+#include "core/util/version.h"
+
 #include <ATen/Parallel.h>
 
 #include <array>
@@ -60,6 +62,11 @@ RandomCheckpointSpec tinySpec(const std::string& name) {
         throw std::runtime_error("unknown tiny model variant " + variant);
     if (wide) s.hiddenSize = 256, s.intermediateSize = 512;
     return s;
+}
+
+std::string noSplitHere(const std::string& what) {
+    return what + " on this machine and libtorch (" + deviceSummary() + "; libtorch " + libtorchVersion() +
+           "): nothing to test here, the phenomenon is CPU- and build-dependent";
 }
 
 bool isElementwiseOp(const std::string& op) {

@@ -28,6 +28,11 @@ std::string testDataDir();  // tests/data in the source tree
 // gives equal outputs, so two constructions can never first part bits there.
 bool isElementwiseOp(const std::string& op);
 
+// Whether torch kernels split live and prefill bits depends on the CPU and the libtorch build (an
+// AVX512-BF16 CPU with PyTorch 2.13's oneDNN computes the tiny models' bf16 rows alike in a GEMM and
+// a GEMV). A test that needs the split skips where there is none, with this reason.
+std::string noSplitHere(const std::string& what);
+
 // A tiny generated model of the given architecture, written once per test process.
 // Variants: "qwen2", "llama", "qwen3", "llama3-scaled", "qwen2-tied", "qwen2-sharded"; each with
 // "-wide" (hidden 256): the size at which a 64-token live cache and its one-shot prefill part bits
