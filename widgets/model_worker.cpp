@@ -24,11 +24,14 @@ using experiments::ExperimentConfig;
 using experiments::ItemContext;
 
 namespace {
+std::vector<int64_t> idsOf(const std::vector<TokenView>& tokens) {
+    std::vector<int64_t> ids;
+    for (const TokenView& t : tokens) ids.push_back(t.id);
+    return ids;
+}
+
 int firstDifference(const std::vector<TokenView>& a, const std::vector<TokenView>& b) {
-    const std::size_t n = std::min(a.size(), b.size());
-    for (std::size_t i = 0; i < n; ++i)
-        if (a[i].id != b[i].id) return static_cast<int>(i);
-    return a.size() == b.size() ? -1 : static_cast<int>(n);
+    return static_cast<int>(experiments::firstDivergence(idsOf(a), idsOf(b)));
 }
 }  // namespace
 
@@ -112,10 +115,11 @@ ExperimentConfig sessionConfig(const std::string& dir, const std::string& dtype,
 
 QString verdictOf(const std::vector<TokenView>& result, const std::vector<TokenView>& donor,
                   const std::vector<TokenView>& recipient, int* splitFromDonor) {
-    const int fromDonor = firstDifference(result, donor);
-    if (splitFromDonor) *splitFromDonor = fromDonor;
-    if (fromDonor < 0) return QObject::tr("follows donor");
-    if (firstDifference(result, recipient) < 0) return QObject::tr("follows recipient");
+    const experiments::TransplantOutcome o =
+        experiments::judgeTransplant(idsOf(result), idsOf(donor), idsOf(recipient));
+    if (splitFromDonor) *splitFromDonor = static_cast<int>(o.splitFromDonor);
+    if (o.followsDonor) return QObject::tr("follows donor");
+    if (o.followsRecipient) return QObject::tr("follows recipient");
     return QObject::tr("neither");
 }
 
@@ -131,26 +135,64 @@ void registerWorkerMetaTypes() {
 ModelWorker::ModelWorker() : state_(std::make_unique<State>()) { registerWorkerMetaTypes(); }
 ModelWorker::~ModelWorker() = default;
 
-void ModelWorker::post(const QString& task, std::function<void()> work) {
+void ModelWorker::post(quint64 job, const QString& task, std::function<void()> work) {
     QMetaObject::invokeMethod(
         this,
-        [this, task, work = std::move(work)] {
-            cancel_.store(false);
-            emit started(task);
-        // Guards are thread-local: created here, in the thread that runs the model.
+        [this, job, task, work = std::move(work)] {
+            if (!beginJob(job)) {
+                emit cancelled(job, task);
+                return;
+            }
+            emit started(job, task);
+            // Guards are thread-local: created here, in the thread that runs the model.
             torch::NoGradGuard noGrad;
             try {
                 work();
-                emit finished(task);
+                endJob();
+                emit finished(job, task);
+            } catch (const Cancelled&) {
+                endJob();
+                emit cancelled(job, task);
             } catch (const std::exception& e) {
-                emit failed(task, QString::fromStdString(e.what()));
+                endJob();
+                emit failed(job, task, QString::fromStdString(e.what()));
             }
         },
         Qt::QueuedConnection);
 }
 
-void ModelWorker::openModel(const QString& dir, const QString& dtype) {
-    post(tr("open model"), [this, dir = dir.toStdString(), dtype = dtype.toStdString()] {
+bool ModelWorker::beginJob(quint64 job) {
+    std::lock_guard lock(cancelMutex_);
+    running_ = job;
+    lastStarted_ = std::max(lastStarted_, job);
+    const bool cancelled = job <= cancelledThrough_ || cancelledQueued_.erase(job) > 0;
+    cancelRunning_.store(cancelled);
+    if (cancelled) running_ = 0;
+    return !cancelled;
+}
+
+void ModelWorker::endJob() {
+    std::lock_guard lock(cancelMutex_);
+    running_ = 0;
+    cancelRunning_.store(false);
+}
+
+void ModelWorker::cancel(quint64 job) {
+    std::lock_guard lock(cancelMutex_);
+    if (job == running_)
+        cancelRunning_.store(true);
+    else if (job > lastStarted_)
+        cancelledQueued_.insert(job);  // checked when it starts; an ended job needs nothing
+}
+
+void ModelWorker::cancelThrough(quint64 lastJob) {
+    std::lock_guard lock(cancelMutex_);
+    cancelledThrough_ = std::max(cancelledThrough_, lastJob);
+    if (running_ != 0 && running_ <= lastJob) cancelRunning_.store(true);
+}
+
+void ModelWorker::openModel(quint64 job, const QString& dir, const QString& dtype) {
+    post(job, tr("open model"), [this, dir = dir.toStdString(), dtype = dtype.toStdString()] {
         state_->useConfig(sessionConfig(dir, dtype, 64), "session:" + dir + ":" + dtype);
         const Transformer& m = state_->mainModel();
         ModelSummary s;
@@ -165,12 +207,14 @@ void ModelWorker::openModel(const QString& dir, const QString& dtype) {
 }
 
 void ModelWorker::analyzeLedgerItem(quint64 job, const experiments::RunInfo& run, const experiments::ItemRecord& item) {
-    post(tr("analyse item"), [this, job, run, item] {
+    post(job, tr("analyse item"), [this, job, run, item] {
         if (item.status != "done")
             throw UsageError("item " + item.itemId + " has no stage boundary: nothing to compare");
-        const auto& paths = run.manifest.at("paths");
-        ExperimentConfig c = ExperimentConfig::load(paths.at("experiment").get<std::string>());
-        c.modelDir = paths.at("model").get<std::string>();
+        const experiments::RunDescription d = experiments::describeRun(run.manifest);
+        if (d.experimentPath.empty() || d.modelPath.empty())
+            throw UsageError("run " + run.runId + ": its manifest names no experiment file or model folder");
+        ExperimentConfig c = ExperimentConfig::load(d.experimentPath);
+        c.modelDir = d.modelPath;
         state_->useConfig(std::move(c), run.runId);
         const int64_t boundary = item.results.at("trace").at("boundary").get<int64_t>();
         AnalysisView v;
@@ -187,7 +231,8 @@ void ModelWorker::analyzeLedgerItem(quint64 job, const experiments::RunInfo& run
             v.localizeValues = spec.values;
         }
         state_->boundary =
-            experiments::rebuildBoundary(ctx, item.trajectories.at("prompt"), item.trajectories.at("trace"), boundary);
+            experiments::rebuildBoundary(ctx, item.trajectories.at("prompt"), item.trajectories.at("trace"), boundary,
+                                         [this] { return keepGoing(); });
         // The rebuilt continuations must be the ledger's, or the views would explain something else.
         if (state_->boundary->liveSuffix.ids != item.trajectories.at("suffix_live") ||
             state_->boundary->prefillSuffix.ids != item.trajectories.at("suffix_prefill"))
@@ -199,7 +244,7 @@ void ModelWorker::analyzeLedgerItem(quint64 job, const experiments::RunInfo& run
 }
 
 void ModelWorker::decodeSession(quint64 job, const QString& promptText, const QString& promptIds, int maxNewTokens) {
-    post(tr("decode"), [this, job, text = promptText.toStdString(), ids = promptIds.toStdString(), maxNewTokens] {
+    post(job, tr("decode"), [this, job, text = promptText.toStdString(), ids = promptIds.toStdString(), maxNewTokens] {
         if (!state_->config) throw UsageError("open a model first (File > Open model)");
         state_->config->maxNewTokens = maxNewTokens;
         const Transformer& m = state_->mainModel();
@@ -214,7 +259,7 @@ void ModelWorker::decodeSession(quint64 job, const QString& promptText, const QS
         const GenerationResult r =
             Generator(m).generate(d.promptIds, state_->config->sampling, stops, [&](const StepRecord& step, int64_t) {
                 emit tokenDecoded(job, state_->view(step));
-                return !cancel_.load();
+                return keepGoing();
             });
         if (r.stopReason == StopReason::Cancelled) throw Cancelled("decode cancelled");
         d.traceIds = r.ids;
@@ -225,11 +270,11 @@ void ModelWorker::decodeSession(quint64 job, const QString& promptText, const QS
 
 void ModelWorker::analyzeSession(quint64 job, const std::vector<int64_t>& prompt, const std::vector<int64_t>& trace,
                                  int boundary, int maxNewTokens) {
-    post(tr("compare at boundary"), [this, job, prompt, trace, boundary, maxNewTokens] {
+    post(job, tr("compare at boundary"), [this, job, prompt, trace, boundary, maxNewTokens] {
         if (!state_->config) throw UsageError("open a model first (File > Open model)");
         state_->config->maxNewTokens = maxNewTokens;
         ItemContext ctx = state_->context();
-        state_->boundary = experiments::rebuildBoundary(ctx, prompt, trace, boundary);
+        state_->boundary = experiments::rebuildBoundary(ctx, prompt, trace, boundary, [this] { return keepGoing(); });
         AnalysisView v;
         v.job = job;
         v.title = tr("session, boundary after %1 generated tokens").arg(boundary);
@@ -238,33 +283,23 @@ void ModelWorker::analyzeSession(quint64 job, const std::vector<int64_t>& prompt
 }
 
 void ModelWorker::transplant(quint64 job, const TransplantRequest& request) {
-    post(tr("transplant"), [this, job, request] {
+    post(job, tr("transplant"), [this, job, request] {
         if (!state_->boundary) throw UsageError("select an item (or compare in the session) before transplanting");
         const experiments::BoundaryState& b = *state_->boundary;
         const KvCache& donor = request.intoPrefill ? b.live : b.prefill;
         const KvCache& recipient = request.intoPrefill ? b.prefill : b.live;
-        // K and V layer sets may differ: splice keys, then values.
-        KvCache spliced = recipient.clone();
-        std::string what;
-        for (const bool keys : {true, false}) {
-            TransplantSpec spec;
-            spec.layers = keys ? request.keyLayers : request.valueLayers;
-            spec.keys = keys;
-            spec.values = !keys;
-            spec.positionBegin = request.positionBegin;
-            spec.positionEnd = request.positionEnd;
-            if (spec.layers.empty()) continue;
-            spliced = kvscope::transplant(spliced, donor, spec);
-            what += (what.empty() ? "" : " + ") + spec.describe();
-        }
+        const KvSplice splice{request.keyLayers, request.valueLayers, request.positionBegin, request.positionEnd};
+        const KvCache spliced = transplantKeysAndValues(recipient, donor, splice);
         ItemContext ctx = state_->context();
         const GenerationResult r = experiments::continueWithRunRules(
-            ctx, spliced, b.budget, [&](const StepRecord&, int64_t) { return !cancel_.load(); });
+            ctx, spliced, b.budget, [this](const StepRecord&, int64_t) { return keepGoing(); });
         if (r.stopReason == StopReason::Cancelled) throw Cancelled("transplant cancelled");
         TransplantView v;
         v.job = job;
         v.description = QString::fromStdString((request.intoPrefill ? "prefill <- live: " : "live <- prefill: ") +
-                                               (what.empty() ? std::string("nothing transplanted") : what));
+                                               (request.keyLayers.empty() && request.valueLayers.empty()
+                                                    ? std::string("nothing transplanted")
+                                                    : splice.describe()));
         v.result = state_->side(v.description, r);
         const AnalysisView& a = state_->lastAnalysis;
         v.verdict = verdictOf(v.result.tokens, request.intoPrefill ? a.live.tokens : a.prefill.tokens,
@@ -274,7 +309,7 @@ void ModelWorker::transplant(quint64 job, const TransplantRequest& request) {
 }
 
 void ModelWorker::compareSides(quint64 job, const SideSpec& a, const SideSpec& b) {
-    post(tr("compare"), [this, job, a, b] {
+    post(job, tr("compare"), [this, job, a, b] {
         if (!state_->boundary) throw UsageError("select an item (or compare in the session) first");
         const experiments::BoundaryState& bs = *state_->boundary;
         ItemContext ctx = state_->context();
@@ -286,7 +321,7 @@ void ModelWorker::compareSides(quint64 job, const SideSpec& a, const SideSpec& b
             const Transformer& model = state_->models->get(dtype, kernels);
             cache = buildCache(model, bs.prefix, Construction::parse(spec.construction.toStdString()), P);
             const GenerationResult r = experiments::continueWithRunRules(
-                ctx, model, cache, bs.budget, [&](const StepRecord&, int64_t) { return !cancel_.load(); });
+                ctx, model, cache, bs.budget, [this](const StepRecord&, int64_t) { return keepGoing(); });
             if (r.stopReason == StopReason::Cancelled) throw Cancelled("comparison cancelled");
             QString label = QStringLiteral("%1 \u00b7 %2")
                                 .arg(QString::fromStdString(cache.construction()), QString::fromStdString(dtype));
@@ -312,8 +347,8 @@ void ModelWorker::compareSides(quint64 job, const SideSpec& a, const SideSpec& b
     });
 }
 
-void ModelWorker::runBatch(const QString& experimentFile, const QString& ledgerPath) {
-    post(tr("batch run"), [this, experimentFile, ledgerPath] {
+void ModelWorker::runBatch(quint64 job, const QString& experimentFile, const QString& ledgerPath) {
+    post(job, tr("batch run"), [this, experimentFile, ledgerPath] {
         const ExperimentConfig config = ExperimentConfig::load(experimentFile.toStdString());
         experiments::RunOptions options;
         options.ledgerPath = ledgerPath.toStdString();
@@ -325,12 +360,13 @@ void ModelWorker::runBatch(const QString& experimentFile, const QString& ledgerP
                                   .arg(QString::fromStdString(p.currentItem))
                                   .arg(p.tokensPerSecond, 0, 'f', 1));
             },
-            cancel_);
+            cancelRunning_);
         emit batchFinished(ledgerPath,
                            tr("%1 items run in %2 s%3")
                                .arg(summary.ran)
                                .arg(summary.seconds, 0, 'f', 1)
                                .arg(summary.interrupted ? tr(" (cancelled; run again to resume)") : QString()));
+        if (summary.interrupted) throw Cancelled("batch run cancelled");  // the job ends as cancelled
     });
 }
 

@@ -4,8 +4,10 @@
 // rebuilding an item's live and prefill caches and their continuations, transplants, interactive
 // decodes and whole batch runs. The GUI talks to it through thread-safe request methods (each posts
 // the job into the worker's thread) and hears back through signals carrying plain value snapshots
-// (no torch types cross into widget code). Cancellation is cooperative: a flag checked per token
-// and between batch items.
+// (no torch types cross into widget code). Every request carries a job id from the window's
+// JobTracker; ids grow in queue order. Cancellation is cooperative (a flag checked per token and
+// between batch items) and reaches queued jobs too: a job cancelled before it starts never runs.
+// Each job ends with exactly one of finished, failed or cancelled.
 #include "experiments/ledger.h"
 
 #include "core/cache/cache_diff.h"
@@ -18,6 +20,8 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <vector>
 
 namespace kvscope::widgets {
@@ -98,8 +102,8 @@ public:
     ~ModelWorker() override;
 
     // Thread-safe requests: each runs later in the worker's thread. `job` ids let the GUI drop
-    // results that a newer request has made stale.
-    void openModel(const QString& dir, const QString& dtype);
+    // results that a newer request has made stale, and name the job to cancel.
+    void openModel(quint64 job, const QString& dir, const QString& dtype);
     void analyzeLedgerItem(quint64 job, const experiments::RunInfo& run, const experiments::ItemRecord& item);
     void decodeSession(quint64 job, const QString& promptText, const QString& promptIds, int maxNewTokens);
     void analyzeSession(quint64 job, const std::vector<int64_t>& prompt, const std::vector<int64_t>& trace,
@@ -107,11 +111,13 @@ public:
     void transplant(quint64 job, const TransplantRequest& request);
     // Any two constructions or precisions over the current boundary's prefix, continued and compared.
     void compareSides(quint64 job, const SideSpec& a, const SideSpec& b);
-    void runBatch(const QString& experimentFile, const QString& ledgerPath);
-    void cancel() { cancel_.store(true); }  // any thread
+    void runBatch(quint64 job, const QString& experimentFile, const QString& ledgerPath);
+    // Any thread. cancel: one job, queued or running; cancelThrough: every job up to that id (Esc).
+    void cancel(quint64 job);
+    void cancelThrough(quint64 lastJob);
 
 signals:
-    void started(const QString& task);
+    void started(quint64 job, const QString& task);
     void progress(int done, int total, const QString& message);
     void tokenDecoded(quint64 job, const kvscope::widgets::TokenView& token);
     void modelOpened(const kvscope::widgets::ModelSummary& model);
@@ -119,14 +125,23 @@ signals:
     void transplantReady(const kvscope::widgets::TransplantView& result);
     void sessionDecoded(const kvscope::widgets::SessionDecode& decode);
     void batchFinished(const QString& ledgerPath, const QString& summary);
-    void finished(const QString& task);
-    void failed(const QString& task, const QString& message);
+    void finished(quint64 job, const QString& task);
+    void failed(quint64 job, const QString& task, const QString& message);
+    void cancelled(quint64 job, const QString& task);
 
 private:
-    void post(const QString& task, std::function<void()> work);
+    void post(quint64 job, const QString& task, std::function<void()> work);
+    bool beginJob(quint64 job);  // false: cancelled while queued
+    void endJob();
+    bool keepGoing() const { return !cancelRunning_.load(); }
     struct State;  // models, tokenizer, the last boundary state; touched only in the worker thread
     std::unique_ptr<State> state_;
-    std::atomic<bool> cancel_{false};
+
+    // Cancellation. Jobs start in id order, so an id up to lastStarted_ other than running_ has ended.
+    std::mutex cancelMutex_;
+    quint64 running_ = 0, lastStarted_ = 0, cancelledThrough_ = 0;
+    std::set<quint64> cancelledQueued_;
+    std::atomic<bool> cancelRunning_{false};  // the running job's flag, read per token
 };
 
 void registerWorkerMetaTypes();  // once, before connecting queued signals

@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "widgets/run_table_model.h"
 
-#include "widgets/json_path.h"
-
 #include <QFileInfo>
 
 namespace kvscope::widgets {
@@ -39,29 +37,21 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const {
     const experiments::RunInfo& r = runs_[static_cast<std::size_t>(index.row())];
     if (role == RunIdRole) return QString::fromStdString(r.runId);
     if (role != Qt::DisplayRole && role != Qt::ToolTipRole) return {};
-    const nlohmann::json& m = r.manifest;
-    auto text = [&](std::initializer_list<const char*> path) -> QString {
-        const nlohmann::json* at = jsonAt(m, path);
-        if (!at) return {};
-        if (at->is_string()) return QString::fromStdString(at->get<std::string>());
-        if (at->is_array()) {  // ["bf16", "fp32"] -> "bf16, fp32"
-            QStringList parts;
-            for (const auto& e : *at)
-                parts << (e.is_string() ? QString::fromStdString(e.get<std::string>())
-                                        : QString::fromStdString(e.dump()));
-            return parts.join(QStringLiteral(", "));
-        }
-        return QString::fromStdString(at->dump());
-    };
+    const experiments::RunDescription d = experiments::describeRun(r.manifest);
+    auto text = [](const std::string& s) { return QString::fromStdString(s); };
     const bool tip = role == Qt::ToolTipRole;
     switch (index.column()) {
-    case NameColumn: return text({"identity", "config", "name"});
-    case CreatedColumn: return QString::fromStdString(r.created);
-    case ModelColumn: return tip ? text({"paths", "model"}) : QFileInfo(text({"paths", "model"})).fileName();
-    case DtypeColumn: return text({"identity", "config", "model", "dtypes"});
-    case DatasetColumn: return tip ? text({"paths", "dataset"}) : QFileInfo(text({"paths", "dataset"})).fileName();
+    case NameColumn: return text(d.name);
+    case CreatedColumn: return text(r.created);
+    case ModelColumn: return tip ? text(d.modelPath) : QFileInfo(text(d.modelPath)).fileName();
+    case DtypeColumn: {
+        QStringList dtypes;  // ["bf16", "fp32"] -> "bf16, fp32"
+        for (const std::string& dtype : d.dtypes) dtypes << text(dtype);
+        return dtypes.join(QStringLiteral(", "));
+    }
+    case DatasetColumn: return tip ? text(d.datasetPath) : QFileInfo(text(d.datasetPath)).fileName();
     case ItemsColumn: return static_cast<qlonglong>(r.itemsDone);
-    case RunIdColumn: return QString::fromStdString(r.runId);
+    case RunIdColumn: return text(r.runId);
     }
     return {};
 }

@@ -18,13 +18,6 @@
 
 namespace kvscope::widgets {
 
-namespace {
-quint64 nextSessionJob() {
-    static quint64 job = 1u << 20;  // distinct from the main window's job ids
-    return ++job;
-}
-}  // namespace
-
 SessionPage::SessionPage(QWidget* parent) : QWidget(parent) {
     setupWidgets();
     renderTimer_ = new QTimer(this);
@@ -98,24 +91,21 @@ void SessionPage::setBusy(bool busy) {
 }
 
 void SessionPage::requestDecode() {
-    job_ = nextSessionJob();
     decode_ = {};
     streaming_.clear();
     boundary_ = 0;
     render();
     const QString text = prompt_->toPlainText();
-    emit decodeRequested(job_, promptIsIds_->isChecked() ? QString() : text,
-                         promptIsIds_->isChecked() ? text : QString(), maxNewTokens_->value());
+    emit decodeRequested(promptIsIds_->isChecked() ? QString() : text, promptIsIds_->isChecked() ? text : QString(),
+                         maxNewTokens_->value());
 }
 
-void SessionPage::appendToken(quint64 job, const TokenView& token) {
-    if (job != job_) return;  // a stale decode
+void SessionPage::appendToken(const TokenView& token) {
     streaming_.push_back(token);
     if (!renderTimer_->isActive()) renderTimer_->start();
 }
 
 void SessionPage::showDecode(const SessionDecode& d) {
-    if (d.job != job_) return;
     decode_ = d;
     streaming_.clear();
     setBoundary(static_cast<int>(d.traceIds.size()) / 2);
@@ -144,7 +134,7 @@ void SessionPage::render() {
 
 void SessionPage::requestCompare() {
     if (decode_.traceIds.empty() || boundary_ <= 0) return;
-    emit compareRequested(nextSessionJob(), decode_.promptIds, decode_.traceIds, boundary_, maxNewTokens_->value());
+    emit compareRequested(decode_.promptIds, decode_.traceIds, boundary_, maxNewTokens_->value());
 }
 
 }  // namespace kvscope::widgets

@@ -33,8 +33,8 @@ public:
     int boundary() const { return boundary_; }
     void setBusy(bool busy);
 
-    // From the worker:
-    void appendToken(quint64 job, const TokenView& token);
+    // From the worker, the current decode's only (the window drops a superseded decode's):
+    void appendToken(const TokenView& token);
     void showDecode(const SessionDecode& decode);
     TokenPane* livePane() const { return pane_; }
 
@@ -44,9 +44,9 @@ public slots:
 
 signals:
     void openModelRequested(const QString& dir, const QString& dtype);
-    void decodeRequested(quint64 job, const QString& promptText, const QString& promptIds, int maxNewTokens);
-    void compareRequested(quint64 job, const std::vector<int64_t>& prompt, const std::vector<int64_t>& trace,
-                          int boundary, int maxNewTokens);
+    void decodeRequested(const QString& promptText, const QString& promptIds, int maxNewTokens);
+    void compareRequested(const std::vector<int64_t>& prompt, const std::vector<int64_t>& trace, int boundary,
+                          int maxNewTokens);
 
 private:
     void setupWidgets();
@@ -61,7 +61,6 @@ private:
     QLabel* status_ = nullptr;
     TokenPane* pane_ = nullptr;
     QTimer* renderTimer_ = nullptr;  // coalesces re-rendering while tokens stream in
-    quint64 job_ = 0;
     SessionDecode decode_;
     std::vector<TokenView> streaming_;
     int boundary_ = 0;

@@ -7,7 +7,10 @@
 
 #include "widgets_fixture.h"
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdlib>
 
 namespace kvscope::widgets {
 
@@ -40,6 +43,13 @@ const LedgerFixture& ledgerFixture() {
         return x;
     }();
     return f;
+}
+
+void reexecWithQuietThreads(char** argv) {
+    if (std::getenv("OPENBLAS_NUM_THREADS")) return;
+    ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    ::execv("/proc/self/exe", argv);
 }
 
 }  // namespace kvscope::widgets

@@ -31,4 +31,10 @@ struct LedgerFixture {
 
 const LedgerFixture& ledgerFixture();  // made once per process
 
+// First thing in a widget test's main(): runs the model code of the process with quiet threads.
+// Each test process builds its fixture ledger in-process. With CTest running processes side by side,
+// OpenMP and OpenBLAS threads spinning against each other made that 10x slower (measured 110 s vs
+// 8 s); they read these variables when the libraries load, hence a re-exec (once).
+void reexecWithQuietThreads(char** argv);
+
 }  // namespace kvscope::widgets
