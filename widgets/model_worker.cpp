@@ -253,9 +253,7 @@ void ModelWorker::decodeSession(quint64 job, const QString& promptText, const QS
         d.promptIds = ids.empty() ? state_->tokenizer->encode(text, true) : parseIdList(ids, "prompt ids");
         if (d.promptIds.empty()) throw UsageError("the prompt is empty: type text or paste ids");
         for (int64_t id : d.promptIds) d.prompt.push_back(state_->view(id));
-        StopRules stops;
-        stops.maxNewTokens = maxNewTokens;
-        stops.eosIds = m.config().eosTokenIds;
+        const StopRules stops = stopRulesFor(m, maxNewTokens);
         const GenerationResult r =
             Generator(m).generate(d.promptIds, state_->config->sampling, stops, [&](const StepRecord& step, int64_t) {
                 emit tokenDecoded(job, state_->view(step));
