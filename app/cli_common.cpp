@@ -2,6 +2,7 @@
 #include "cli_common.h"
 
 #include "core/cache/cache_io.h"
+#include "core/util/error.h"
 
 #include "core/util/threads.h"
 
@@ -45,9 +46,10 @@ void showRunProgress(const experiments::RunProgress& p) {
                      static_cast<long long>(p.total), p.currentItem.c_str(), p.tokensPerSecond,
                      formatSeconds(p.etaSeconds).c_str());
         if (p.done == p.total && p.total > 0) std::fprintf(stderr, "\n");
-    } else if (!p.lastStatus.empty() && p.done > 0) {
+    } else if (p.lastStatus && p.done > 0) {
         std::fprintf(stderr, "kvscope run: %lld/%lld item %s %s (%.1f tok/s, ETA %s)\n", static_cast<long long>(p.done),
-                     static_cast<long long>(p.total), p.currentItem.c_str(), p.lastStatus.c_str(), p.tokensPerSecond,
+                     static_cast<long long>(p.total), p.currentItem.c_str(),
+                     experiments::itemStatusName(*p.lastStatus).c_str(), p.tokensPerSecond,
                      formatSeconds(p.etaSeconds).c_str());
     }
     std::fflush(stderr);
@@ -165,5 +167,61 @@ nlohmann::json generationToJson(const std::vector<int64_t>& promptIds, const Gen
             {"stop_reason", stopReasonName(r.stopReason)},
             {"steps", steps}};
 }
+
+namespace {
+
+nlohmann::json metricsJson(const KvMetrics& m) {
+    return {{"max_abs", m.maxAbs}, {"mean_abs", m.meanAbs}, {"rel_l2", m.relL2}, {"differing", m.differing}};
+}
+
+}  // namespace
+
+nlohmann::json cacheDiffJson(const CacheDiff& d, bool full) {
+    nlohmann::json layers = nlohmann::json::array(), positions = nlohmann::json::array();
+    for (const auto& l : d.perLayer)
+        layers.push_back(
+            {{"layer", l.layer}, {"bit_exact", l.bitExact}, {"k", metricsJson(l.keys)}, {"v", metricsJson(l.values)}});
+    for (const auto& p : d.perPosition)
+        positions.push_back({{"position", p.position},
+                             {"max_abs", p.maxAbs},
+                             {"differing", p.differing},
+                             {"layers_differing", p.layersDiffering}});
+    nlohmann::json j = {
+        {"bit_exact", d.bitExact},
+        {"first_difference", d.firstDifference ? nlohmann::json{{"layer", d.firstDifference->first},
+                                                                {"position", d.firstDifference->second}}
+                                               : nlohmann::json(nullptr)},
+        {"shape", {{"layers", d.layers}, {"kv_heads", d.heads}, {"positions", d.positions}, {"head_dim", d.headDim}}},
+        {"layers", layers},
+        {"positions", positions},
+        {"seconds", d.seconds}};
+    if (full)  // [layer][head][position] grids
+        j["grids"] = {{"k",
+                       {{"max_abs", d.keys.maxAbs},
+                        {"mean_abs", d.keys.meanAbs},
+                        {"rel_l2", d.keys.relL2},
+                        {"differing", d.keys.differing}}},
+                      {"v",
+                       {{"max_abs", d.values.maxAbs},
+                        {"mean_abs", d.values.meanAbs},
+                        {"rel_l2", d.values.relL2},
+                        {"differing", d.values.differing}}}};
+    return j;
+}
+
+void printCacheDiff(const CacheDiff& d) {
+    std::printf("bit-exact: %s\n", d.bitExact ? "yes" : "no");
+    if (d.firstDifference)
+        std::printf("first difference: layer %lld, position %lld\n", static_cast<long long>(d.firstDifference->first),
+                    static_cast<long long>(d.firstDifference->second));
+    std::printf("%5s %12s %12s %12s %12s %10s %10s\n", "layer", "K max|d|", "V max|d|", "K rel L2", "V rel L2",
+                "K diff", "V diff");
+    for (const auto& l : d.perLayer)
+        std::printf("%5lld %12.4g %12.4g %12.4g %12.4g %10lld %10lld\n", static_cast<long long>(l.layer), l.keys.maxAbs,
+                    l.values.maxAbs, l.keys.relL2, l.values.relL2, static_cast<long long>(l.keys.differing),
+                    static_cast<long long>(l.values.differing));
+    std::printf("diff computed in %.3f s\n", d.seconds);
+}
+
 
 }  // namespace kvscope::cli

@@ -2,9 +2,11 @@
 #pragma once
 // Pieces every CLI command shares: model/device/thread options, loading with warnings on stderr,
 // JSON for generation results.
+#include "core/cache/cache_diff.h"
 #include "core/decode/generator.h"
 #include "core/model/transformer.h"
 #include "core/text/tokenizer.h"
+#include "experiments/ledger.h"
 #include "experiments/runner.h"
 
 #include <CLI/CLI.hpp>
@@ -60,6 +62,11 @@ std::string formatSeconds(double seconds);  // H:MM:SS
 // A one-line progress bar on a terminal, plain log lines elsewhere (CI logs, Slurm output).
 void showRunProgress(const experiments::RunProgress& progress);
 
+// `cache diff`'s output, which `compare` prints too: JSON (with the [layer][head][position] grids when
+// `full`) or a table per layer.
+nlohmann::json cacheDiffJson(const CacheDiff& diff, bool full);
+void printCacheDiff(const CacheDiff& diff);
+
 nlohmann::json stepToJson(const StepRecord& step);
 nlohmann::json generationToJson(const std::vector<int64_t>& promptIds, const GenerationResult& result,
                                 const std::string& text);
@@ -71,7 +78,7 @@ void addTokenizeCommands(CLI::App& app);
 void addMakeTestModelCommand(CLI::App& app);
 void addBenchCommand(CLI::App& app);
 void addCacheCommands(CLI::App& app);  // cache build/info/diff/transplant/locate, continue
-void addExperimentCommands(CLI::App& app);  // run, report, audit, ledger merge
+void addExperimentCommands(CLI::App& app);  // run, report, audit, compare, ledger merge
 void addDemoCommands(CLI::App& app);        // train-demo-model, demo
 
 }  // namespace kvscope::cli

@@ -17,57 +17,6 @@
 namespace kvscope::cli {
 namespace {
 
-nlohmann::json metricsJson(const KvMetrics& m) {
-    return {{"max_abs", m.maxAbs}, {"mean_abs", m.meanAbs}, {"rel_l2", m.relL2}, {"differing", m.differing}};
-}
-
-nlohmann::json diffJson(const CacheDiff& d, bool full) {
-    nlohmann::json layers = nlohmann::json::array(), positions = nlohmann::json::array();
-    for (const auto& l : d.perLayer)
-        layers.push_back(
-            {{"layer", l.layer}, {"bit_exact", l.bitExact}, {"k", metricsJson(l.keys)}, {"v", metricsJson(l.values)}});
-    for (const auto& p : d.perPosition)
-        positions.push_back({{"position", p.position},
-                             {"max_abs", p.maxAbs},
-                             {"differing", p.differing},
-                             {"layers_differing", p.layersDiffering}});
-    nlohmann::json j = {
-        {"bit_exact", d.bitExact},
-        {"first_difference", d.firstDifference ? nlohmann::json{{"layer", d.firstDifference->first},
-                                                                {"position", d.firstDifference->second}}
-                                               : nlohmann::json(nullptr)},
-        {"shape", {{"layers", d.layers}, {"kv_heads", d.heads}, {"positions", d.positions}, {"head_dim", d.headDim}}},
-        {"layers", layers},
-        {"positions", positions},
-        {"seconds", d.seconds}};
-    if (full)  // [layer][head][position] grids
-        j["grids"] = {{"k",
-                       {{"max_abs", d.keys.maxAbs},
-                        {"mean_abs", d.keys.meanAbs},
-                        {"rel_l2", d.keys.relL2},
-                        {"differing", d.keys.differing}}},
-                      {"v",
-                       {{"max_abs", d.values.maxAbs},
-                        {"mean_abs", d.values.meanAbs},
-                        {"rel_l2", d.values.relL2},
-                        {"differing", d.values.differing}}}};
-    return j;
-}
-
-void printDiffText(const CacheDiff& d) {
-    std::printf("bit-exact: %s\n", d.bitExact ? "yes" : "no");
-    if (d.firstDifference)
-        std::printf("first difference: layer %lld, position %lld\n", static_cast<long long>(d.firstDifference->first),
-                    static_cast<long long>(d.firstDifference->second));
-    std::printf("%5s %12s %12s %12s %12s %10s %10s\n", "layer", "K max|d|", "V max|d|", "K rel L2", "V rel L2",
-                "K diff", "V diff");
-    for (const auto& l : d.perLayer)
-        std::printf("%5lld %12.4g %12.4g %12.4g %12.4g %10lld %10lld\n", static_cast<long long>(l.layer), l.keys.maxAbs,
-                    l.values.maxAbs, l.keys.relL2, l.values.relL2, static_cast<long long>(l.keys.differing),
-                    static_cast<long long>(l.values.differing));
-    std::printf("diff computed in %.3f s\n", d.seconds);
-}
-
 void addBuild(CLI::App* cache) {
     struct Options {
         ModelOptions model;
@@ -157,9 +106,9 @@ void addDiff(CLI::App* cache) {
         if (a.modelFingerprint() != b.modelFingerprint()) throw UsageError("the two caches come from different models");
         const CacheDiff d = diffCaches(a, b);
         if (o->json)
-            std::cout << diffJson(d, o->full).dump() << "\n";
+            std::cout << cacheDiffJson(d, o->full).dump() << "\n";
         else
-            printDiffText(d);
+            printCacheDiff(d);
     });
 }
 

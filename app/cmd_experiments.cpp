@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
-// kvscope run / report / audit / ledger merge: the headless experiment engine.
+// kvscope run / report / audit / compare / ledger merge: the headless experiment engine.
 // Exit codes: 0 success; 1 failure; 2 usage error; 3 audit found mismatches; 130 interrupted
 // (Ctrl-C: the item in flight is finished and recorded first; run the same command to resume).
 #include "cli_common.h"
 
+#include "core/cache/fingerprint.h"
 #include "core/util/atomic_file.h"
 
 #include "experiments/dataset.h"
@@ -30,6 +31,12 @@ std::string chooseRun(const Ledger& ledger, const std::string& requested) {
     const auto runs = ledger.runs();
     if (runs.empty()) throw UsageError(ledger.path() + ": the ledger holds no run");
     return runs.back().runId;  // the newest
+}
+
+ItemRecord findItem(const Ledger& ledger, const std::string& runId, const std::string& itemId) {
+    for (ItemRecord& item : ledger.items(runId))
+        if (item.itemId == itemId) return std::move(item);
+    throw UsageError(ledger.path() + ": run " + runId + " has no item '" + itemId + "'");
 }
 
 void addRun(CLI::App& app) {
@@ -129,10 +136,7 @@ void addAudit(CLI::App& app) {
         applyThreads(o->threads);
         const Ledger ledger(o->ledger, LedgerAccess::ReadOnly);
         const RunInfo run = ledger.run(chooseRun(ledger, o->run));
-        const auto& paths = run.manifest["paths"];
-        ExperimentConfig config = ExperimentConfig::load(paths["experiment"].get<std::string>());
-        config.modelDir = o->model.empty() ? paths["model"].get<std::string>() : o->model;
-        config.datasetPath = o->dataset.empty() ? paths["dataset"].get<std::string>() : o->dataset;
+        ExperimentConfig config = configOfRun(run, o->model, o->dataset);
         const std::string change = describeManifestChange(run.manifest, buildManifest(config));
         if (!change.empty()) throw UsageError("cannot audit run " + run.runId + ": " + change + " since the run");
         config.protocols.erase("audit");
@@ -161,6 +165,110 @@ void addAudit(CLI::App& app) {
     });
 }
 
+// One side of `compare` on the command line: --a CONSTRUCTION [--a-dtype D] [--a-kernels K].
+struct SideOptions {
+    std::string construction, dtype, kernels;
+    SideRecipe recipe() const {
+        SideRecipe r;
+        r.construction = construction;
+        r.dtype = dtype;
+        if (!kernels.empty()) r.kernels = parseKernels(kernels);
+        return r;
+    }
+};
+
+void addSideOptions(CLI::App* cmd, const std::string& name, SideOptions& side, const std::string& construction) {
+    side.construction = construction;
+    cmd->add_option("--" + name, side.construction,
+                    "Side " + name + "'s construction: live | prefill | incremental[:K] | chunked:N (default " +
+                        construction + ")");
+    cmd->add_option("--" + name + "-dtype", side.dtype, "Side " + name + "'s precision (default: the run's)")
+        ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
+    cmd->add_option("--" + name + "-kernels", side.kernels, "Side " + name + "'s kernels (default: the run's)")
+        ->check(CLI::IsMember({"torch", "invariant"}));
+}
+
+nlohmann::json sideJson(const ComparedSide& side, const SideRecipe& recipe, const ExperimentConfig& config) {
+    return {{"label", side.label},
+            {"construction", side.cache.construction()},
+            {"dtype", recipe.dtype.empty() ? config.dtypes.front() : recipe.dtype},
+            {"kernels", kernelsName(recipe.kernels.value_or(config.kernels))},
+            {"fingerprint", fingerprintCache(side.cache).overall},
+            {"continuation", side.continuation.ids}};
+}
+
+nlohmann::json comparisonJson(const std::string& runId, const std::string& itemId, const BoundaryState& boundary,
+                              const SideComparison& c, const SideRecipe& a, const SideRecipe& b,
+                              const ExperimentConfig& config) {
+    return {{"run", runId},
+            {"item", itemId},
+            {"boundary", boundary.boundary},
+            {"prefix_length", boundary.prefix.size()},
+            {"a", sideJson(c.a, a, config)},
+            {"b", sideJson(c.b, b, config)},
+            {"first_divergence", c.firstDivergence < 0 ? nlohmann::json(nullptr) : nlohmann::json(c.firstDivergence)},
+            {"diff", c.diff ? cacheDiffJson(*c.diff, false) : nlohmann::json(nullptr)}};
+}
+
+void printComparison(const std::string& runId, const std::string& itemId, const BoundaryState& boundary,
+                     const SideComparison& c) {
+    std::cout << "item " << itemId << " of run " << runId << ", boundary after " << boundary.boundary
+              << " generated tokens (prefix of " << boundary.prefix.size() << " tokens)\n"
+              << "a: " << c.a.label << ": " << c.a.continuation.ids.size() << " tokens\n"
+              << "b: " << c.b.label << ": " << c.b.continuation.ids.size() << " tokens\n";
+    if (c.firstDivergence < 0)
+        std::cout << "continuations: identical\n";
+    else
+        std::cout << "continuations: first differ at token " << c.firstDivergence << "\n";
+    if (c.diff)
+        printCacheDiff(*c.diff);
+    else
+        std::cout << "caches: different precisions, no element-wise difference\n";
+}
+
+// kvscope compare: the GUI's "compare two constructions" on one ledger item, headless.
+void addCompare(CLI::App& app) {
+    struct Options {
+        std::string ledger, run, item, model;
+        SideOptions a, b;
+        int threads = 0;
+        bool json = false;
+    };
+    auto o = std::make_shared<Options>();
+    CLI::App* cmd = app.add_subcommand(
+        "compare", "Rebuild one ledger item's stage boundary two ways and compare the caches and continuations");
+    cmd->add_option("ledger", o->ledger, "Ledger file")->required()->check(CLI::ExistingFile);
+    cmd->add_option("--item", o->item, "Item id")->required();
+    cmd->add_option("--run", o->run, "Run id (default: the newest)");
+    cmd->add_option("--model", o->model, "Model directory, if it moved since the run");
+    addSideOptions(cmd, "a", o->a, "live");
+    addSideOptions(cmd, "b", o->b, "prefill");
+    cmd->add_flag("--json", o->json, "Print JSON");
+    addThreadsOption(cmd, o->threads);
+    cmd->callback([o] {
+        applyThreads(o->threads);
+        const Ledger ledger(o->ledger, LedgerAccess::ReadOnly);
+        const RunInfo run = ledger.run(chooseRun(ledger, o->run));
+        const ItemRecord item = findItem(ledger, run.runId, o->item);
+        const ExperimentConfig config = configOfRun(run, o->model);
+        ModelPool models(config.modelDir, config.device, config.numerics());
+        const Tokenizer tokenizer = Tokenizer::fromModelDir(config.modelDir);
+        const ItemContext ctx{config, tokenizer,
+                              [&](const std::string& d) -> const Transformer& { return models.get(d); }, ""};
+        const int64_t at = storedBoundary(item);  // first: it refuses an item without one, by name
+        const BoundaryState boundary =
+            rebuildBoundary(ctx, item.trajectories.at("prompt"), item.trajectories.at("trace"), at);
+        const SideRecipe a = o->a.recipe(), b = o->b.recipe();
+        const SideComparison c = compareSides(
+            ctx, [&](const std::string& d, Kernels k) -> const Transformer& { return models.get(d, k); }, boundary, a,
+            b, [] { return !stopRequested().load(); });
+        if (o->json)
+            std::cout << comparisonJson(run.runId, item.itemId, boundary, c, a, b, config).dump() << "\n";
+        else
+            printComparison(run.runId, item.itemId, boundary, c);
+    });
+}
+
 void addLedgerMerge(CLI::App& app) {
     struct Options {
         std::string out;
@@ -184,6 +292,7 @@ void addExperimentCommands(CLI::App& app) {
     addRun(app);
     addReport(app);
     addAudit(app);
+    addCompare(app);
     addLedgerMerge(app);
 }
 

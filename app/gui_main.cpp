@@ -54,7 +54,8 @@ QString defaultItem(const kvscope::widgets::ItemTableModel& items) {
     QString fallback;
     for (const auto& record : items.items()) {
         if (kvscope::widgets::item_results::divergent(record)) return QString::fromStdString(record.itemId);
-        if (fallback.isEmpty() && record.status == "done") fallback = QString::fromStdString(record.itemId);
+        if (fallback.isEmpty() && record.status == kvscope::experiments::ItemStatus::Done)
+            fallback = QString::fromStdString(record.itemId);
     }
     return fallback;
 }

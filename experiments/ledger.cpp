@@ -90,6 +90,14 @@ std::string nowUtc() {
     return buf;
 }
 
+nlohmann::json parseStoredJson(const std::string& text, const std::string& where) {
+    try {
+        return nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+        throw FormatError(where + ": stored result is not valid JSON (" + e.what() + ")");
+    }
+}
+
 }  // namespace
 
 Ledger::Ledger(const std::string& path, LedgerAccess access) : path_(path) {
@@ -201,11 +209,12 @@ void Ledger::recordItem(const std::string& runId, const ItemRecord& item) {
             .bind(1, runId)
             .bind(2, item.itemId)
             .bind(3, item.index)
-            .bind(4, item.status)
+            .bind(4, itemStatusName(item.status))
             .bind(5, item.seconds)
             .bind(6, item.tokens)
             .step();
-        for (auto it = item.results.begin(); it != item.results.end(); ++it)
+        const nlohmann::json results = toJson(item.results);
+        for (auto it = results.begin(); it != results.end(); ++it)
             Statement(db_, "INSERT INTO results(run_id, item_id, protocol, data) VALUES(?,?,?,?)", path_)
                 .bind(1, runId)
                 .bind(2, item.itemId)
@@ -234,6 +243,7 @@ void Ledger::recordItem(const std::string& runId, const ItemRecord& item) {
 }
 
 std::vector<ItemRecord> Ledger::items(const std::string& runId) const {
+    auto itemWhere = [&](const std::string& itemId) { return path_ + ": run " + runId + ", item '" + itemId + "'"; };
     std::vector<ItemRecord> out;
     std::map<std::string, std::size_t> at;
     Statement s(db_,
@@ -244,16 +254,19 @@ std::vector<ItemRecord> Ledger::items(const std::string& runId) const {
         ItemRecord r;
         r.itemId = s.text(0);
         r.index = s.integer(1);
-        r.status = s.text(2);
+        r.status = parseItemStatus(s.text(2), itemWhere(r.itemId));
         r.seconds = s.real(3);
         r.tokens = s.integer(4);
-        r.results = nlohmann::json::object();
         at[r.itemId] = out.size();
         out.push_back(std::move(r));
     }
     Statement res(db_, "SELECT item_id, protocol, data FROM results WHERE run_id = ?", path_);
     res.bind(1, runId);
-    while (res.step()) out[at.at(res.text(0))].results[res.text(1)] = nlohmann::json::parse(res.text(2));
+    while (res.step()) {
+        const std::string itemId = res.text(0);
+        readProtocolResult(out[at.at(itemId)].results, res.text(1), parseStoredJson(res.text(2), itemWhere(itemId)),
+                           itemWhere(itemId));
+    }
     Statement tr(db_, "SELECT item_id, name, ids FROM trajectories WHERE run_id = ?", path_);
     tr.bind(1, runId);
     while (tr.step()) out[at.at(tr.text(0))].trajectories[tr.text(1)] = tr.ids(2);
@@ -290,7 +303,7 @@ void Ledger::mergeFrom(const Ledger& other) {
             }
             for (const auto& existing : mine)
                 if (existing.itemId == item.itemId &&
-                    (existing.results != item.results || existing.trajectories != item.trajectories ||
+                    (!sameResults(existing.results, item.results) || existing.trajectories != item.trajectories ||
                      existing.fingerprints != item.fingerprints))
                     throw UsageError("item '" + item.itemId + "' of run " + r.runId + " differs between " + path_ +
                                      " and " + other.path());
@@ -382,7 +395,8 @@ RunDescription describeRun(const nlohmann::json& manifest) {
     d.modelPath = text(Pointer("/paths/model"));
     d.datasetPath = text(Pointer("/paths/dataset"));
     d.device = text(Pointer("/identity/config/model/device"));
-    d.kernels = text(Pointer("/identity/config/model/kernels"));
+    if (const std::string kernels = text(Pointer("/identity/config/model/kernels")); !kernels.empty())
+        d.kernels = parseKernels(kernels);
     const Pointer dtypes("/identity/config/model/dtypes");
     if (manifest.contains(dtypes) && manifest[dtypes].is_array())
         for (const auto& dtype : manifest[dtypes])

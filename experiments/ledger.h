@@ -4,6 +4,9 @@
 // per-protocol results, trajectories (token id blobs), fingerprints and timings. WAL mode and one
 // transaction per finished item: a killed process loses at most the item in flight, and a resume
 // neither repeats nor skips items. The schema is versioned; an unknown version is refused.
+#include "experiments/item_result.h"
+#include "core/model/numerics.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -29,15 +32,16 @@ struct RunDescription {
     std::string name;
     std::string experimentPath, modelPath, datasetPath;  // where the run found its inputs
     std::vector<std::string> dtypes;                     // the main precision first
-    std::string device, kernels;
+    std::string device;
+    Kernels kernels = Kernels::Torch;                    // runs from before the choice existed used torch's
 };
 RunDescription describeRun(const nlohmann::json& manifest);
 
 struct ItemRecord {
     std::string itemId;
-    int64_t index = 0;                 // position in the dataset
-    std::string status;                // "done" or "no_boundary"
-    nlohmann::json results;            // protocol name -> result object
+    int64_t index = 0;  // position in the dataset
+    ItemStatus status = ItemStatus::Done;
+    ItemResults results;
     std::map<std::string, std::vector<int64_t>> trajectories;
     std::map<std::string, std::string> fingerprints;
     double seconds = 0;

@@ -79,11 +79,13 @@ Side finishSide(const ItemContext& ctx, const DatasetItem& item, const std::vect
     return s;
 }
 
-json stepJson(const GenerationResult& r, int64_t i) {
-    if (i < 0 || i >= static_cast<int64_t>(r.steps.size())) return nullptr;
+std::optional<StepSummary> stepAt(const GenerationResult& r, int64_t i) {
+    if (i < 0 || i >= static_cast<int64_t>(r.steps.size())) return std::nullopt;
     const StepRecord& s = r.steps[static_cast<std::size_t>(i)];
-    return {{"id", s.id}, {"margin", s.margin}, {"entropy", s.entropy}, {"logprob", s.logprob}};
+    return StepSummary{s.id, s.margin, s.entropy, s.logprob};
 }
+
+std::optional<int64_t> divergenceAt(int64_t div) { return div < 0 ? std::nullopt : std::optional<int64_t>(div); }
 
 // Is item `id` in the outcome-blind transplant sample? Depends only on (seed, id).
 bool selectedForTransplant(const ExperimentConfig& c, const std::string& id) {
@@ -101,10 +103,8 @@ struct Prefix {
     int64_t boundary = 0, budget = 0;         // budget: tokens left to continue
 };
 
-json runMatched(const ItemContext& ctx, const DatasetItem& item, const Prefix& p, const Side& live,
-                const Side& prefill) {
+MatchedResult runMatched(const ItemContext& ctx, const Prefix& p, const Side& live, const Side& prefill) {
     const Transformer& m = ctx.model(ctx.config.dtypes.front());
-    const std::vector<int64_t> generated(p.trace.begin(), p.trace.begin() + p.boundary);
     const StopRules stops = stopRules(ctx, m, p.budget);
     // Replicas: the same inputs from scratch must give the same tokens.
     const GenerationResult liveAgain =
@@ -113,26 +113,25 @@ json runMatched(const ItemContext& ctx, const DatasetItem& item, const Prefix& p
         continueFrom(m, buildCache(m, p.ids, Construction::parse("prefill"), static_cast<int64_t>(p.prompt.size())),
                      ctx.config.sampling, stops);
     const int64_t div = firstDivergence(live.suffix.ids, prefill.suffix.ids);
-    return {{"suffix_equal", div < 0},
-            {"first_divergence", div < 0 ? json(nullptr) : json(div)},
-            {"at_divergence", {{"live", stepJson(live.suffix, div)}, {"prefill", stepJson(prefill.suffix, div)}}},
-            {"replica_live_exact", liveAgain.ids == live.suffix.ids},
-            {"replica_prefill_exact", prefillAgain.ids == prefill.suffix.ids},
-            {"answer_live", live.answer ? json(*live.answer) : json(nullptr)},
-            {"answer_prefill", prefill.answer ? json(*prefill.answer) : json(nullptr)},
-            {"correct_live", live.correct},
-            {"correct_prefill", prefill.correct},
-            {"suffix_length_live", live.suffix.ids.size()},
-            {"suffix_length_prefill", prefill.suffix.ids.size()},
-            {"margins_live", [&] {
-                 std::vector<double> m;
-                 for (const auto& step : live.suffix.steps) m.push_back(step.margin);
-                 return m;
-             }()}};
+    MatchedResult r;
+    r.suffixEqual = div < 0;
+    r.firstDivergence = divergenceAt(div);
+    r.liveAtDivergence = stepAt(live.suffix, div);
+    r.prefillAtDivergence = stepAt(prefill.suffix, div);
+    r.replicaLiveExact = liveAgain.ids == live.suffix.ids;
+    r.replicaPrefillExact = prefillAgain.ids == prefill.suffix.ids;
+    r.answerLive = live.answer;
+    r.answerPrefill = prefill.answer;
+    r.correctLive = live.correct;
+    r.correctPrefill = prefill.correct;
+    r.suffixLengthLive = static_cast<int64_t>(live.suffix.ids.size());
+    r.suffixLengthPrefill = static_cast<int64_t>(prefill.suffix.ids.size());
+    for (const auto& step : live.suffix.steps) r.marginsLive.push_back(step.margin);
+    return r;
 }
 
-json runFixedPrefix2x2(const ItemContext& ctx, const Prefix& p) {
-    json out;
+FixedPrefixResult runFixedPrefix2x2(const ItemContext& ctx, const Prefix& p) {
+    FixedPrefixResult out;
     const auto P = static_cast<int64_t>(p.prompt.size());
     for (const char* dtype : {"bf16", "fp32"}) {
         const Transformer& m = ctx.model(dtype);
@@ -142,13 +141,13 @@ json runFixedPrefix2x2(const ItemContext& ctx, const Prefix& p) {
         const auto pre =
             continueFrom(m, buildCache(m, p.ids, Construction::parse("prefill"), P), ctx.config.sampling, stops);
         const int64_t div = firstDivergence(inc.ids, pre.ids);
-        out[dtype] = {{"disagree", div >= 0}, {"first_divergence", div < 0 ? json(nullptr) : json(div)}};
+        (std::string(dtype) == "bf16" ? out.bf16 : out.fp32) = FixedPrefixCell{div >= 0, divergenceAt(div)};
     }
     return out;
 }
 
-json runTransplant(const ItemContext& ctx, const Prefix& p, const KvCache& live, const KvCache& prefill,
-                   const Side& liveSide, const Side& prefillSide) {
+TransplantResult runTransplant(const ItemContext& ctx, const Prefix& p, const KvCache& live, const KvCache& prefill,
+                               const Side& liveSide, const Side& prefillSide) {
     const Transformer& m = ctx.model(ctx.config.dtypes.front());
     TransplantSpec spec;
     spec.layers = TransplantSpec::parseLayers(ctx.config.transplantLayers, live.numLayers());
@@ -156,19 +155,16 @@ json runTransplant(const ItemContext& ctx, const Prefix& p, const KvCache& live,
     const StopRules stops = stopRules(ctx, m, p.budget);
     const auto intoPrefill = continueFrom(m, transplant(prefill, live, spec), ctx.config.sampling, stops).ids;
     const auto intoLive = continueFrom(m, transplant(live, prefill, spec), ctx.config.sampling, stops).ids;
-    auto verdict = [](const TransplantOutcome& o) {
-        return json{{"follows_donor", o.followsDonor}, {"follows_recipient", o.followsRecipient}};
-    };
-    return {{"layers", ctx.config.transplantLayers},
-            {"kv", ctx.config.transplantKv},
-            {"prefill_from_live", verdict(judgeTransplant(intoPrefill, liveSide.suffix.ids, prefillSide.suffix.ids))},
-            {"live_from_prefill", verdict(judgeTransplant(intoLive, prefillSide.suffix.ids, liveSide.suffix.ids))}};
+    auto verdict = [](const TransplantOutcome& o) { return TransplantVerdict{o.followsDonor, o.followsRecipient}; };
+    return {ctx.config.transplantLayers, ctx.config.transplantKv,
+            verdict(judgeTransplant(intoPrefill, liveSide.suffix.ids, prefillSide.suffix.ids)),
+            verdict(judgeTransplant(intoLive, prefillSide.suffix.ids, liveSide.suffix.ids))};
 }
 
 // Smallest contiguous layer range [lo, hi) whose transplant (prefill <- live) reproduces the live
 // suffix, by bisection on hi then lo, then K alone and V alone on that range.
-json runLocalize(const ItemContext& ctx, const Prefix& p, const KvCache& live, const KvCache& prefill,
-                 const Side& liveSide) {
+LocalizeResult runLocalize(const ItemContext& ctx, const Prefix& p, const KvCache& live, const KvCache& prefill,
+                           const Side& liveSide) {
     const Transformer& m = ctx.model(ctx.config.dtypes.front());
     const StopRules stops = stopRules(ctx, m, p.budget);
     int tests = 0;
@@ -180,7 +176,7 @@ json runLocalize(const ItemContext& ctx, const Prefix& p, const KvCache& live, c
         return continueFrom(m, transplant(prefill, live, spec), ctx.config.sampling, stops).ids == liveSide.suffix.ids;
     };
     const int64_t L = live.numLayers();
-    if (!follows(0, L, "kv")) return {{"found", false}, {"tests", tests}};
+    if (!follows(0, L, "kv")) return LocalizeResult{false, {}, "", tests};
     int64_t lo = 0, hi = L;
     for (int64_t a = 1, b = L; a < b;) {  // smallest hi with [0, hi) sufficient
         const int64_t mid = (a + b) / 2;
@@ -205,7 +201,7 @@ json runLocalize(const ItemContext& ctx, const Prefix& p, const KvCache& live, c
         kv = "v";
     std::vector<int64_t> layers;
     for (int64_t l = lo; l < hi; ++l) layers.push_back(l);
-    return {{"found", true}, {"layers", layers}, {"kv", kv}, {"tests", tests}};
+    return LocalizeResult{true, layers, kv, tests};
 }
 
 }  // namespace
@@ -217,6 +213,12 @@ std::vector<int64_t> promptIdsFor(const ItemContext& ctx, const DatasetItem& ite
     if (messages.empty()) messages.push_back({"user", item.prompt});
     if (t == ChatTemplate::Plain) return ctx.tokenizer.encode(applyChatTemplate(t, messages), true);
     return ctx.tokenizer.encode(applyChatTemplate(t, messages), false);
+}
+
+int64_t storedBoundary(const ItemRecord& item) {
+    if (item.status != ItemStatus::Done || !item.results.trace || !item.results.trace->boundary)
+        throw UsageError("item '" + item.itemId + "' has no stage boundary: nothing to compare");
+    return *item.results.trace->boundary;
 }
 
 BoundaryState rebuildBoundary(const ItemContext& ctx, const std::vector<int64_t>& prompt,
@@ -262,6 +264,36 @@ GenerationResult continueWithRunRules(const ItemContext& ctx, const Transformer&
     return continueFrom(model, cache, ctx.config.sampling, stopRules(ctx, model, budget), onToken);
 }
 
+namespace {
+
+ComparedSide buildSide(const ItemContext& ctx, const ModelLookup& models, const BoundaryState& boundary,
+                       const SideRecipe& recipe, const std::function<bool()>& keepGoing) {
+    const std::string dtype = recipe.dtype.empty() ? ctx.config.dtypes.front() : recipe.dtype;
+    const Kernels kernels = recipe.kernels.value_or(ctx.config.kernels);
+    const Transformer& model = models(dtype, kernels);
+    ComparedSide side;
+    side.cache = buildCache(model, boundary.prefix, Construction::parse(recipe.construction),
+                            static_cast<int64_t>(boundary.prompt.size()));
+    side.continuation = continueWithRunRules(ctx, model, side.cache, boundary.budget,
+                                             [&](const StepRecord&, int64_t) { return !keepGoing || keepGoing(); });
+    if (side.continuation.stopReason == StopReason::Cancelled) throw Cancelled("comparison cancelled");
+    side.label = side.cache.construction() + " \u00b7 " + dtype;
+    if (kernels == Kernels::Invariant) side.label += " \u00b7 invariant kernels";
+    return side;
+}
+
+}  // namespace
+
+SideComparison compareSides(const ItemContext& ctx, const ModelLookup& models, const BoundaryState& boundary,
+                            const SideRecipe& a, const SideRecipe& b, const std::function<bool()>& keepGoing) {
+    SideComparison c;
+    c.a = buildSide(ctx, models, boundary, a, keepGoing);
+    c.b = buildSide(ctx, models, boundary, b, keepGoing);
+    c.firstDivergence = firstDivergence(c.a.continuation.ids, c.b.continuation.ids);
+    if (c.a.cache.dtype() == c.b.cache.dtype()) c.diff = diffCaches(c.a.cache, c.b.cache);
+    return c;
+}
+
 ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t index) {
     const auto t0 = std::chrono::steady_clock::now();
     const ExperimentConfig& c = ctx.config;
@@ -269,7 +301,6 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
     ItemRecord rec;
     rec.itemId = item.id;
     rec.index = index;
-    rec.results = json::object();
 
     Prefix p;
     p.prompt = promptIdsFor(ctx, item);
@@ -278,16 +309,15 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
     p.boundary = boundaryIndex(ctx, p.trace);
     rec.trajectories["prompt"] = p.prompt;
     rec.trajectories["trace"] = p.trace;
-    rec.results["trace"] = {{"length", p.trace.size()},
-                            {"stop_reason", stopReasonName(trace.stopReason)},
-                            {"boundary", p.boundary ? json(p.boundary) : json(nullptr)}};
+    rec.results.trace = TraceResult{static_cast<int64_t>(p.trace.size()), trace.stopReason,
+                                    p.boundary ? std::optional<int64_t>(p.boundary) : std::nullopt};
     rec.tokens = static_cast<int64_t>(p.trace.size());
     if (p.boundary == 0) {
-        rec.status = "no_boundary";
+        rec.status = ItemStatus::NoBoundary;
         rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         return rec;
     }
-    rec.status = "done";
+    rec.status = ItemStatus::Done;
     BoundaryState b = rebuildBoundary(ctx, p.prompt, p.trace, p.boundary);
     p.ids = b.prefix;
     p.budget = b.budget;
@@ -304,19 +334,19 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
     rec.tokens += static_cast<int64_t>(liveSide.suffix.ids.size() + prefillSide.suffix.ids.size() + p.boundary);
     const bool divergent = liveSide.suffix.ids != prefillSide.suffix.ids;
 
-    if (c.runs("matched")) rec.results["matched"] = runMatched(ctx, item, p, liveSide, prefillSide);
+    if (c.runs("matched")) rec.results.matched = runMatched(ctx, p, liveSide, prefillSide);
     if (c.runs("bridge")) {  // the faithful rebuild: token by token with torch kernels, one forward with invariant ones
         const Construction rebuild = Construction::parse(c.kernels == Kernels::Invariant ? "prefill" : "incremental");
         const KvCache rebuilt = buildCache(m, p.ids, rebuild, P);
-        rec.results["bridge"] = {{"exact", fingerprintCache(rebuilt).overall == rec.fingerprints["live_cache"]},
-                                 {"construction", rebuilt.construction()}};
+        rec.results.bridge =
+            BridgeResult{fingerprintCache(rebuilt).overall == rec.fingerprints["live_cache"], rebuilt.construction()};
     }
-    if (c.runs("fixed_prefix_2x2")) rec.results["fixed_prefix_2x2"] = runFixedPrefix2x2(ctx, p);
+    if (c.runs("fixed_prefix_2x2")) rec.results.fixedPrefix2x2 = runFixedPrefix2x2(ctx, p);
     if (c.runs("transplant") && divergent && selectedForTransplant(c, item.id))
-        rec.results["transplant"] = runTransplant(ctx, p, live, prefill, liveSide, prefillSide);
-    if (c.runs("localize") && divergent) rec.results["localize"] = runLocalize(ctx, p, live, prefill, liveSide);
+        rec.results.transplant = runTransplant(ctx, p, live, prefill, liveSide, prefillSide);
+    if (c.runs("localize") && divergent) rec.results.localize = runLocalize(ctx, p, live, prefill, liveSide);
     // One fingerprint over everything compared, so an audit can check the comparison as a whole.
-    const std::string comparison = rec.results.dump() + json(rec.trajectories).dump();
+    const std::string comparison = toJson(rec.results).dump() + json(rec.trajectories).dump();
     rec.fingerprints["comparison"] = sha256Hex(comparison.data(), comparison.size());
     if (!ctx.keepCachesDir.empty()) {
         std::filesystem::create_directories(ctx.keepCachesDir);
@@ -326,12 +356,12 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
                 (std::filesystem::path(ctx.keepCachesDir) / (fileNameComponent(item.id) + "." + name + ".safetensors"))
                     .string();
             saveCache(*cache, path);
-            rec.results["caches"][name] = path;
+            rec.results.caches[name] = path;
         }
     }
     if (c.runs("audit")) {
         const auto mismatches = auditItem(ctx, item, rec);
-        rec.results["audit"] = {{"reproduced", mismatches.empty()}, {"mismatches", mismatches}};
+        rec.results.audit = AuditResult{mismatches.empty(), mismatches};
     }
     rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return rec;
@@ -391,7 +421,8 @@ std::vector<std::string> auditAtPrefillSpeed(const ItemContext& ctx, const Datas
     if (!mismatches.empty()) return mismatches;
     if (auto m = verifyContinuation(ctx, "trace", prompt, trace, c.maxNewTokens); !m.empty()) return {m};
     const int64_t boundary = boundaryIndex(ctx, trace);
-    if ((boundary == 0) != (stored.status == "no_boundary")) return {"the stage boundary differs from the run's"};
+    if ((boundary == 0) != (stored.status == ItemStatus::NoBoundary))
+        return {"the stage boundary differs from the run's"};
     if (boundary == 0) return {};
     const std::vector<int64_t> prefix = concat(prompt, {trace.begin(), trace.begin() + boundary});
     const int64_t budget = std::max<int64_t>(1, c.maxNewTokens - boundary);

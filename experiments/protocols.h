@@ -16,12 +16,14 @@
 #include "experiments/experiment_config.h"
 #include "experiments/ledger.h"
 
+#include "core/cache/cache_diff.h"
 #include "core/decode/generator.h"
 #include "core/model/transformer.h"
 #include "core/text/tokenizer.h"
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 
 namespace kvscope::experiments {
@@ -73,6 +75,9 @@ struct TransplantOutcome {
 TransplantOutcome judgeTransplant(const std::vector<int64_t>& result, const std::vector<int64_t>& donor,
                                   const std::vector<int64_t>& recipient);
 
+// The stage boundary a ledger item recorded; UsageError for an item that has none.
+int64_t storedBoundary(const ItemRecord& item);
+
 // One item's stage boundary rebuilt from stored ids (the ledger's prompt and trace, or a session's):
 // the live cache a decode retains there, the one-shot prefill of the same ids, and each one's
 // continuation under the run's sampling and stop rules - exactly what runItem compares.
@@ -93,5 +98,30 @@ GenerationResult continueWithRunRules(const ItemContext& ctx, const KvCache& cac
 // The same by a given model (another dtype or kernels than the run's, as the GUI's comparisons).
 GenerationResult continueWithRunRules(const ItemContext& ctx, const Transformer& model, const KvCache& cache,
                                       int64_t budget, const TokenCallback& onToken = {});
+
+// Any two ways of rebuilding one stage boundary's prefix, side by side (the GUI's "compare" and
+// `kvscope compare`): each side's cache by its construction and model, its continuation under the
+// run's rules, where the continuations part, and the element-wise cache difference when both sides
+// share a precision.
+struct SideRecipe {
+    std::string construction = "live";  // live | prefill | incremental[:K] | chunked:N
+    std::string dtype;                   // empty: the run's main precision
+    std::optional<Kernels> kernels;      // none: the run's
+};
+struct ComparedSide {
+    std::string label;  // "prefill · bf16 · invariant kernels"
+    KvCache cache;
+    GenerationResult continuation;
+};
+struct SideComparison {
+    ComparedSide a, b;
+    int64_t firstDivergence = -1;  // of the two continuations; -1: identical
+    std::optional<CacheDiff> diff;  // none when the precisions differ
+};
+// The model of a (dtype, kernels) pair: a ModelPool's get, say.
+using ModelLookup = std::function<const Transformer&(const std::string& dtype, Kernels kernels)>;
+// `keepGoing` is asked between tokens; when it says no, Cancelled is thrown.
+SideComparison compareSides(const ItemContext& ctx, const ModelLookup& models, const BoundaryState& boundary,
+                            const SideRecipe& a, const SideRecipe& b, const std::function<bool()>& keepGoing = {});
 
 }  // namespace kvscope::experiments

@@ -12,101 +12,126 @@ namespace {
 
 using nlohmann::json;
 
-json quantiles(std::vector<double> v) {
-    if (v.empty()) return {{"n", 0}};
+Quantiles quantilesOf(std::vector<double> v) {
+    Quantiles q;
+    q.n = static_cast<int64_t>(v.size());
+    if (v.empty()) return q;
     std::sort(v.begin(), v.end());
-    auto q = [&](double f) { return v[static_cast<std::size_t>(std::floor(f * static_cast<double>(v.size() - 1)))]; };
-    return {{"n", v.size()},    {"min", v.front()}, {"p10", q(0.1)},
-            {"median", q(0.5)}, {"p90", q(0.9)},    {"max", v.back()}};
+    auto at = [&](double f) { return v[static_cast<std::size_t>(std::floor(f * static_cast<double>(v.size() - 1)))]; };
+    q.min = v.front(), q.p10 = at(0.1), q.median = at(0.5), q.p90 = at(0.9), q.max = v.back();
+    return q;
+}
+
+json toJson(const Quantiles& q) {
+    if (q.n == 0) return {{"n", 0}};
+    return {{"n", q.n}, {"min", q.min}, {"p10", q.p10}, {"median", q.median}, {"p90", q.p90}, {"max", q.max}};
 }
 
 double fraction(int64_t k, int64_t n) { return n ? static_cast<double>(k) / static_cast<double>(n) : 0.0; }
 
-json matchedTable(const std::vector<ItemRecord>& items) {
-    int64_t n = 0, suffixDiffer = 0, labelDiffer = 0, replicaLive = 0, replicaPrefill = 0, noBoundary = 0;
+// The live side's margins before the first divergence (all of them when the suffixes agree).
+void addNonDivergentMargins(const MatchedResult& m, std::vector<double>& out) {
+    const auto all = static_cast<int64_t>(m.marginsLive.size());
+    const int64_t upTo = std::min(m.firstDivergence.value_or(all), all);
+    out.insert(out.end(), m.marginsLive.begin(), m.marginsLive.begin() + upTo);
+}
+
+MatchedSummary summarizeMatched(const std::vector<ItemRecord>& items) {
+    MatchedSummary t;
     std::vector<bool> live, prefill;
     std::vector<double> atDivergence, nonDivergent;
     for (const auto& item : items) {
-        if (item.status == "no_boundary") ++noBoundary;
-        if (!item.results.contains("matched")) continue;
-        const json& m = item.results["matched"];
-        ++n;
-        suffixDiffer += !m["suffix_equal"].get<bool>();
-        labelDiffer += m["correct_live"] != m["correct_prefill"];
-        replicaLive += m["replica_live_exact"].get<bool>();
-        replicaPrefill += m["replica_prefill_exact"].get<bool>();
-        live.push_back(m["correct_live"]);
-        prefill.push_back(m["correct_prefill"]);
-        const auto margins = m["margins_live"].get<std::vector<double>>();
-        const int64_t div = m["first_divergence"].is_null() ? static_cast<int64_t>(margins.size())
-                                                            : m["first_divergence"].get<int64_t>();
-        for (int64_t i = 0; i < std::min<int64_t>(div, static_cast<int64_t>(margins.size())); ++i)
-            nonDivergent.push_back(margins[i]);
-        if (!m["at_divergence"]["live"].is_null()) atDivergence.push_back(m["at_divergence"]["live"]["margin"]);
+        if (item.status == ItemStatus::NoBoundary) ++t.noBoundary;
+        if (!item.results.matched) continue;
+        const MatchedResult& m = *item.results.matched;
+        ++t.n;
+        t.suffixDiffer += !m.suffixEqual;
+        t.labelDiffer += m.labelFlipped();
+        t.replicasLive += m.replicaLiveExact;
+        t.replicasPrefill += m.replicaPrefillExact;
+        live.push_back(m.correctLive);
+        prefill.push_back(m.correctPrefill);
+        addNonDivergentMargins(m, nonDivergent);
+        if (m.liveAtDivergence) atDivergence.push_back(m.liveAtDivergence->margin);
     }
-    json t = {{"n", n},
-              {"no_boundary", noBoundary},
-              {"suffix_differ", suffixDiffer},
-              {"label_differ", labelDiffer},
-              {"replicas_exact", {{"live", replicaLive}, {"prefill", replicaPrefill}}},
-              {"margins", {{"at_divergence", quantiles(atDivergence)}, {"non_divergent", quantiles(nonDivergent)}}}};
-    if (n == 0) return t;
+    t.marginsAtDivergence = quantilesOf(atDivergence);
+    t.marginsNonDivergent = quantilesOf(nonDivergent);
+    if (t.n == 0) return t;
     const auto counts = stats::PairedCounts::from(live, prefill);
-    const auto boot = stats::pairedBootstrap(live, prefill, 10000, 0);
-    const auto newcombe = stats::newcombePaired(counts);
-    t["accuracy_live"] = fraction(counts.bothRight + counts.onlyFirst, n);
-    t["accuracy_prefill"] = fraction(counts.bothRight + counts.onlySecond, n);
-    t["accuracy_diff"] = stats::accuracyDifference(counts);
-    t["accuracy_diff_ci"] = {boot.lower, boot.upper};
-    t["accuracy_diff_newcombe_ci"] = {newcombe.lower, newcombe.upper};
-    t["mcnemar_p"] = stats::mcnemarExact(counts.onlyFirst, counts.onlySecond);
+    PairedAccuracy a;
+    a.live = fraction(counts.bothRight + counts.onlyFirst, t.n);
+    a.prefill = fraction(counts.bothRight + counts.onlySecond, t.n);
+    a.diff = stats::accuracyDifference(counts);
+    a.bootstrapCi = stats::pairedBootstrap(live, prefill, 10000, 0);
+    a.newcombeCi = stats::newcombePaired(counts);
+    a.mcnemarP = stats::mcnemarExact(counts.onlyFirst, counts.onlySecond);
+    t.accuracy = a;
     return t;
 }
 
-json twoByTwoTable(const std::vector<ItemRecord>& items) {
-    json t = json::object();
-    for (const char* dtype : {"bf16", "fp32"}) {
-        int64_t n = 0, disagree = 0;
-        for (const auto& item : items)
-            if (item.results.contains("fixed_prefix_2x2")) {
-                ++n;
-                disagree += item.results["fixed_prefix_2x2"][dtype]["disagree"].get<bool>();
-            }
-        json row = {{"n", n}, {"disagree", disagree}};
-        if (n) {
-            const auto w = stats::wilson(disagree, n);
-            row["rate"] = fraction(disagree, n);
-            row["wilson_lower"] = w.lower;
-            row["wilson_upper"] = w.upper;
+json toJson(const MatchedSummary& t) {
+    json j = {{"n", t.n},
+              {"no_boundary", t.noBoundary},
+              {"suffix_differ", t.suffixDiffer},
+              {"label_differ", t.labelDiffer},
+              {"replicas_exact", {{"live", t.replicasLive}, {"prefill", t.replicasPrefill}}},
+              {"margins",
+               {{"at_divergence", toJson(t.marginsAtDivergence)}, {"non_divergent", toJson(t.marginsNonDivergent)}}}};
+    if (!t.accuracy) return j;
+    const PairedAccuracy& a = *t.accuracy;
+    j["accuracy_live"] = a.live;
+    j["accuracy_prefill"] = a.prefill;
+    j["accuracy_diff"] = a.diff;
+    j["accuracy_diff_ci"] = {a.bootstrapCi.lower, a.bootstrapCi.upper};
+    j["accuracy_diff_newcombe_ci"] = {a.newcombeCi.lower, a.newcombeCi.upper};
+    j["mcnemar_p"] = a.mcnemarP;
+    return j;
+}
+
+DisagreementRow disagreementsOf(const std::vector<ItemRecord>& items, FixedPrefixCell FixedPrefixResult::* cell) {
+    DisagreementRow row;
+    for (const auto& item : items)
+        if (item.results.fixedPrefix2x2) {
+            ++row.n;
+            row.disagree += ((*item.results.fixedPrefix2x2).*cell).disagree;
         }
-        t[dtype] = row;
-    }
-    return t;
+    if (row.n) row.wilson = stats::wilson(row.disagree, row.n);
+    return row;
 }
 
-json countFlag(const std::vector<ItemRecord>& items, const char* protocol, const char* flag, const char* name) {
+json toJson(const DisagreementRow& r) {
+    json j = {{"n", r.n}, {"disagree", r.disagree}};
+    if (!r.wilson) return j;
+    j["rate"] = fraction(r.disagree, r.n);
+    j["wilson_lower"] = r.wilson->lower;
+    j["wilson_upper"] = r.wilson->upper;
+    return j;
+}
+
+// {"n": items where the protocol ran, name: those where `flag` holds}.
+template <typename Result>
+json countFlag(const std::vector<ItemRecord>& items, std::optional<Result> ItemResults::* protocol, bool Result::* flag,
+               const char* name) {
     int64_t n = 0, k = 0;
     for (const auto& item : items)
-        if (item.results.contains(protocol)) {
+        if (const auto& result = item.results.*protocol) {
             ++n;
-            k += item.results[protocol][flag].get<bool>();
+            k += (*result).*flag;
         }
     return {{"n", n}, {name, k}};
 }
 
 json transplantTable(const std::vector<ItemRecord>& items) {
-    int64_t n = 0, follows = 0, intoPrefill = 0, intoLive = 0, items_ = 0;
+    int64_t items_ = 0, intoPrefill = 0, intoLive = 0;
     for (const auto& item : items) {
-        if (!item.results.contains("transplant")) continue;
-        const json& t = item.results["transplant"];
+        if (!item.results.transplant) continue;
+        const TransplantResult& t = *item.results.transplant;
         ++items_;
-        n += 2;
-        intoPrefill += t["prefill_from_live"]["follows_donor"].get<bool>();
-        intoLive += t["live_from_prefill"]["follows_donor"].get<bool>();
+        intoPrefill += t.prefillFromLive.followsDonor;
+        intoLive += t.liveFromPrefill.followsDonor;
     }
-    follows = intoPrefill + intoLive;
-    return {{"n", n},
-            {"follows_donor", follows},
+    return {{"n", 2 * items_},
+            {"follows_donor", intoPrefill + intoLive},
             {"items", items_},
             {"prefill_from_live", {{"n", items_}, {"follows_donor", intoPrefill}}},
             {"live_from_prefill", {{"n", items_}, {"follows_donor", intoLive}}}};
@@ -116,32 +141,46 @@ json localizeTable(const std::vector<ItemRecord>& items) {
     json needed = json::array(), rows = json::array();
     int64_t n = 0;
     for (const auto& item : items) {
-        if (!item.results.contains("localize")) continue;
+        if (!item.results.localize) continue;
         ++n;
-        const json& l = item.results["localize"];
-        if (!l["found"].get<bool>()) {
+        const LocalizeResult& l = *item.results.localize;
+        if (!l.found) {
             rows.push_back({{"item", item.itemId}, {"found", false}});
             continue;
         }
-        needed.push_back(l["layers"]);
-        rows.push_back({{"item", item.itemId}, {"found", true}, {"layers", l["layers"]}, {"kv", l["kv"]}});
+        needed.push_back(l.layers);
+        rows.push_back({{"item", item.itemId}, {"found", true}, {"layers", l.layers}, {"kv", l.kv}});
     }
     return {{"n", n}, {"layers_needed", needed}, {"items", rows}};
 }
 
+// A CSV cell: empty where the value is absent; numbers and booleans as JSON writes them.
+template <typename T>
+std::string csvField(const std::optional<T>& v) {
+    return v ? json(*v).dump() : std::string();
+}
+
+std::string csvFlag(const MatchedResult* m, bool MatchedResult::* flag) {
+    return csvField(m ? std::optional<bool>(m->*flag) : std::nullopt);
+}
+
 }  // namespace
 
+StudySummary summarizeStudy(const std::vector<ItemRecord>& items) {
+    return {summarizeMatched(items), disagreementsOf(items, &FixedPrefixResult::bf16),
+            disagreementsOf(items, &FixedPrefixResult::fp32)};
+}
+
 json buildReport(const std::vector<ItemRecord>& items, const RunInfo& run) {
-    const json& config = run.manifest.at("identity").at("config");
-    const json model = config.value("model", json::object());
+    const StudySummary study = summarizeStudy(items);
     return {{"run", run.runId},
-            {"experiment", config.at("name")},
-            {"kernels", model.value("kernels", "torch")},  // runs before --kernels existed used torch's
+            {"experiment", describeRun(run.manifest).name},
+            {"kernels", kernelsName(describeRun(run.manifest).kernels)},
             {"items", items.size()},
-            {"matched", matchedTable(items)},
-            {"fixed_prefix_2x2", twoByTwoTable(items)},
-            {"bridge", countFlag(items, "bridge", "exact", "exact")},
-            {"audit", countFlag(items, "audit", "reproduced", "reproduced")},
+            {"matched", toJson(study.matched)},
+            {"fixed_prefix_2x2", {{"bf16", toJson(study.fixedPrefixBf16)}, {"fp32", toJson(study.fixedPrefixFp32)}}},
+            {"bridge", countFlag(items, &ItemResults::bridge, &BridgeResult::exact, "exact")},
+            {"audit", countFlag(items, &ItemResults::audit, &AuditResult::reproduced, "reproduced")},
             {"transplant", transplantTable(items)},
             {"localize", localizeTable(items)}};
 }
@@ -248,32 +287,25 @@ std::string itemsCsv(const std::vector<ItemRecord>& items) {
          "replica_live_exact,replica_prefill_exact,bridge_exact,disagree_bf16,disagree_fp32,transplant_prefill_follows_"
          "live,"
          "transplant_live_follows_prefill,localize_layers,audit_reproduced,seconds\n";
-    auto field = [](const json& j) {
-        return j.is_null() ? std::string() : j.is_string() ? j.get<std::string>() : j.dump();
-    };
-    auto get = [](const json& r, std::initializer_list<const char*> path) {
-        const json* at = &r;
-        for (const char* key : path) {
-            if (!at->is_object() || !at->contains(key)) return json();
-            at = &(*at)[key];
-        }
-        return *at;
-    };
     for (const auto& it : items) {
-        const json& r = it.results;
+        const ItemResults& r = it.results;
+        const MatchedResult* m = r.matched ? &*r.matched : nullptr;
+        const auto* t = r.transplant ? &*r.transplant : nullptr;
         std::string layers;
-        for (const auto& l : get(r, {"localize", "layers"})) layers += (layers.empty() ? "" : " ") + l.dump();
-        s << '"' << it.itemId << "\"," << it.status << ',' << field(get(r, {"trace", "boundary"})) << ','
-          << field(get(r, {"matched", "suffix_equal"})) << ',' << field(get(r, {"matched", "first_divergence"})) << ','
-          << field(get(r, {"matched", "at_divergence", "live", "margin"})) << ','
-          << field(get(r, {"matched", "correct_live"})) << ',' << field(get(r, {"matched", "correct_prefill"})) << ','
-          << field(get(r, {"matched", "replica_live_exact"})) << ','
-          << field(get(r, {"matched", "replica_prefill_exact"})) << ',' << field(get(r, {"bridge", "exact"})) << ','
-          << field(get(r, {"fixed_prefix_2x2", "bf16", "disagree"})) << ','
-          << field(get(r, {"fixed_prefix_2x2", "fp32", "disagree"})) << ','
-          << field(get(r, {"transplant", "prefill_from_live", "follows_donor"})) << ','
-          << field(get(r, {"transplant", "live_from_prefill", "follows_donor"})) << ',' << layers << ','
-          << field(get(r, {"audit", "reproduced"})) << ',' << it.seconds << '\n';
+        if (r.localize)
+            for (const int64_t l : r.localize->layers) layers += (layers.empty() ? "" : " ") + std::to_string(l);
+        s << '"' << it.itemId << "\"," << itemStatusName(it.status) << ','
+          << csvField(r.trace ? r.trace->boundary : std::nullopt) << ',' << csvFlag(m, &MatchedResult::suffixEqual)
+          << ',' << csvField(m ? m->firstDivergence : std::nullopt) << ','
+          << csvField(m && m->liveAtDivergence ? std::optional<double>(m->liveAtDivergence->margin) : std::nullopt)
+          << ',' << csvFlag(m, &MatchedResult::correctLive) << ',' << csvFlag(m, &MatchedResult::correctPrefill) << ','
+          << csvFlag(m, &MatchedResult::replicaLiveExact) << ',' << csvFlag(m, &MatchedResult::replicaPrefillExact)
+          << ',' << csvField(r.bridge ? std::optional<bool>(r.bridge->exact) : std::nullopt) << ','
+          << csvField(r.fixedPrefix2x2 ? std::optional<bool>(r.fixedPrefix2x2->bf16.disagree) : std::nullopt) << ','
+          << csvField(r.fixedPrefix2x2 ? std::optional<bool>(r.fixedPrefix2x2->fp32.disagree) : std::nullopt) << ','
+          << csvField(t ? std::optional<bool>(t->prefillFromLive.followsDonor) : std::nullopt) << ','
+          << csvField(t ? std::optional<bool>(t->liveFromPrefill.followsDonor) : std::nullopt) << ',' << layers << ','
+          << csvField(r.audit ? std::optional<bool>(r.audit->reproduced) : std::nullopt) << ',' << it.seconds << '\n';
     }
     return s.str();
 }

@@ -12,11 +12,40 @@
 // Proportions are fractions, not percent.
 #include "experiments/ledger.h"
 
+#include "core/stats/stats.h"
+
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 
 namespace kvscope::experiments {
+
+// The study's headline numbers as values: what the report's "matched" and "fixed_prefix_2x2" tables
+// say, for readers that show them (the GUI's summary strip) without going through JSON.
+struct Quantiles {
+    int64_t n = 0;
+    double min = 0, p10 = 0, median = 0, p90 = 0, max = 0;  // meaningful when n > 0
+};
+struct PairedAccuracy {
+    double live = 0, prefill = 0, diff = 0;  // fractions; diff = live - prefill
+    stats::Interval bootstrapCi, newcombeCi;
+    double mcnemarP = 1;
+};
+struct MatchedSummary {
+    int64_t n = 0, noBoundary = 0, suffixDiffer = 0, labelDiffer = 0, replicasLive = 0, replicasPrefill = 0;
+    std::optional<PairedAccuracy> accuracy;  // none when n == 0
+    Quantiles marginsAtDivergence, marginsNonDivergent;
+};
+struct DisagreementRow {
+    int64_t n = 0, disagree = 0;
+    std::optional<stats::Interval> wilson;  // none when n == 0
+};
+struct StudySummary {
+    MatchedSummary matched;
+    DisagreementRow fixedPrefixBf16, fixedPrefixFp32;
+};
+StudySummary summarizeStudy(const std::vector<ItemRecord>& items);
 
 nlohmann::json buildReport(const std::vector<ItemRecord>& items, const RunInfo& run);
 std::string reportMarkdown(const nlohmann::json& report);

@@ -119,7 +119,7 @@ RunSummary runExperiment(const ExperimentConfig& config, const RunOptions& o,
         }
         const DatasetItem& item = items[todo[k]];
         progress.currentItem = item.id;
-        progress.lastStatus.clear();  // "starting": a terminal shows it, a log waits for the result
+        progress.lastStatus.reset();  // "starting": a terminal shows it, a log waits for the result
         onProgress(progress);
         const ItemRecord rec = runItem(ctx, item, static_cast<int64_t>(todo[k]));
         ledger.recordItem(summary.runId, rec);
@@ -135,6 +135,18 @@ RunSummary runExperiment(const ExperimentConfig& config, const RunOptions& o,
     }
     summary.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     return summary;
+}
+
+ExperimentConfig configOfRun(const RunInfo& run, const std::string& modelDir, const std::string& datasetPath) {
+    const RunDescription d = describeRun(run.manifest);
+    if (d.experimentPath.empty()) throw UsageError("run " + run.runId + ": its manifest names no experiment file");
+    ExperimentConfig config = ExperimentConfig::load(d.experimentPath);
+    // Where the run found them; a manifest from before paths were recorded leaves the file's own.
+    if (!d.modelPath.empty()) config.modelDir = d.modelPath;
+    if (!d.datasetPath.empty()) config.datasetPath = d.datasetPath;
+    if (!modelDir.empty()) config.modelDir = modelDir;
+    if (!datasetPath.empty()) config.datasetPath = datasetPath;
+    return config;
 }
 
 }  // namespace kvscope::experiments

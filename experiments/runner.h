@@ -4,12 +4,15 @@
 // not yet finished (respecting --limit, --items and --shard) and record it in one transaction.
 // Progress goes to a callback; a stop request is honoured between items.
 #include "experiments/experiment_config.h"
+#include "experiments/item_result.h"
+#include "experiments/ledger.h"
 
 #include "core/model/transformer.h"
 
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,7 +34,7 @@ struct RunProgress {
     std::string currentItem;
     double tokensPerSecond = 0;
     double etaSeconds = 0;
-    std::string lastStatus;              // status of the item that just finished
+    std::optional<ItemStatus> lastStatus;  // of the item that just finished; none while one starts
 };
 
 struct RunSummary {
@@ -48,6 +51,10 @@ std::pair<int, int> parseShard(const std::string& text);
 RunSummary runExperiment(const ExperimentConfig& config, const RunOptions& options,
                          const std::function<void(const RunProgress&)>& onProgress,
                          const std::atomic<bool>& stopRequested);
+
+// A ledger run's experiment as it was run, from the paths its manifest records; a non-empty
+// `modelDir` or `datasetPath` says where those inputs are now.
+ExperimentConfig configOfRun(const RunInfo& run, const std::string& modelDir = "", const std::string& datasetPath = "");
 
 // Loads models lazily by dtype name, so a run only pays for the precisions it uses.
 class ModelPool {

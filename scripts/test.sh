@@ -8,7 +8,8 @@
 # Then, when dev was tested, builds the Debian package, installs it with apt and runs the installed
 # executables, and runs a Slurm job array on a single-node Slurm it starts (scripts/slurm-test.sh).
 # Last (default run only), the asan preset builds and runs the core, experiments and CLI suites,
-# clang-format checks the layout (scripts/format.sh check) and the fuzz harnesses replay their seed
+# clang-format checks the layout (scripts/format.sh check), clang-tidy the code (scripts/tidy.sh)
+# and the fuzz harnesses replay their seed
 # corpora and regression inputs and run 50,000 seeded mutations each (scripts/fuzz.sh check). Prints
 # the time of each stage.
 #   scripts/test.sh [preset...]      default: dev torch-pip; also asan
@@ -45,6 +46,7 @@ if [ $# -eq 0 ]; then
   stage "building asan" "$root/scripts/setup.sh" asan
   stage "testing asan (core, experiments, cli)" ctest --preset asan -j "$(nproc)" -L "core|experiments|cli"
   stage "the format check" "$root/scripts/format.sh" check
+  stage "the clang-tidy check" "$root/scripts/tidy.sh"
   stage "fuzzing (corpora, regressions, 50,000 seeded mutations per harness)" "$root/scripts/fuzz.sh" check 50000
 fi
 echo "test.sh: all stages passed in $SECONDS s"

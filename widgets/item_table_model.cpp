@@ -1,50 +1,39 @@
 // SPDX-License-Identifier: MIT
 #include "widgets/item_table_model.h"
 
-#include "widgets/json_path.h"
+#include <cmath>
 
 namespace kvscope::widgets {
 
 using experiments::ItemRecord;
-using nlohmann::json;
 
 namespace item_results {
 
-namespace {
-std::optional<bool> flag(const ItemRecord& item, std::initializer_list<const char*> path) {
-    const json* j = jsonAt(item.results, path);
-    return j && j->is_boolean() ? std::optional<bool>(j->get<bool>()) : std::nullopt;
-}
-}  // namespace
-
-bool divergent(const ItemRecord& item) { return flag(item, {"matched", "suffix_equal"}) == false; }
+bool divergent(const ItemRecord& item) { return item.results.divergent(); }
 
 int firstDivergence(const ItemRecord& item) {
-    const json* j = jsonAt(item.results, {"matched", "first_divergence"});
-    return j && j->is_number_integer() ? j->get<int>() : -1;
+    const auto& m = item.results.matched;
+    return m && m->firstDivergence ? static_cast<int>(*m->firstDivergence) : -1;
 }
 
-bool flipped(const ItemRecord& item) {
-    const auto live = flag(item, {"matched", "correct_live"}), prefill = flag(item, {"matched", "correct_prefill"});
-    return live && prefill && *live != *prefill;
-}
+bool flipped(const ItemRecord& item) { return item.results.matched && item.results.matched->labelFlipped(); }
 
 QString transplantVerdict(const ItemRecord& item) {
-    const auto intoPrefill = flag(item, {"transplant", "prefill_from_live", "follows_donor"});
-    const auto intoLive = flag(item, {"transplant", "live_from_prefill", "follows_donor"});
-    if (!intoPrefill || !intoLive) return {};
-    if (*intoPrefill && *intoLive) return QObject::tr("follows donor");
-    if (!*intoPrefill && !*intoLive) return QObject::tr("does not follow donor");
-    return *intoPrefill ? QObject::tr("follows donor: prefill<-live only")
-                        : QObject::tr("follows donor: live<-prefill only");
+    if (!item.results.transplant) return {};
+    const bool intoPrefill = item.results.transplant->prefillFromLive.followsDonor;
+    const bool intoLive = item.results.transplant->liveFromPrefill.followsDonor;
+    if (intoPrefill && intoLive) return QObject::tr("follows donor");
+    if (!intoPrefill && !intoLive) return QObject::tr("does not follow donor");
+    return intoPrefill ? QObject::tr("follows donor: prefill<-live only")
+                       : QObject::tr("follows donor: live<-prefill only");
 }
 
 std::optional<double> measureOf(const ItemRecord& item, ItemMeasure measure) {
     const int step = firstDivergence(item);
     if (step < 0) return std::nullopt;
     if (measure == ItemMeasure::FirstDivergence) return step;
-    const json* m = jsonAt(item.results, {"matched", "at_divergence", "live", "margin"});
-    return m && m->is_number() ? std::optional<double>(m->get<double>()) : std::nullopt;
+    const auto& at = item.results.matched->liveAtDivergence;
+    return at && !std::isnan(at->margin) ? std::optional<double>(at->margin) : std::nullopt;
 }
 
 }  // namespace item_results
@@ -56,10 +45,20 @@ bool ItemRange::contains(const ItemRecord& item) const {
 }
 
 namespace {
-QVariant yesNo(const json& results, std::initializer_list<const char*> path) {
-    const json* at = jsonAt(results, path);
-    if (!at || !at->is_boolean()) return {};
-    return at->get<bool>() ? QObject::tr("yes") : QObject::tr("no");
+
+QVariant yesNo(bool value) { return value ? QObject::tr("yes") : QObject::tr("no"); }
+
+// A matched flag as "yes"/"no", empty where the item has no matched result.
+QVariant matchedFlag(const ItemRecord& item, bool experiments::MatchedResult::* flag) {
+    return item.results.matched ? yesNo((*item.results.matched).*flag) : QVariant();
+}
+
+QVariant localizeText(const experiments::LocalizeResult& l) {
+    if (!l.found) return QObject::tr("none found");
+    if (l.layers.empty()) return {};
+    const QString range = l.layers.size() == 1 ? QString::number(l.layers.front())
+                                               : QStringLiteral("%1-%2").arg(l.layers.front()).arg(l.layers.back());
+    return QStringLiteral("%1 (%2)").arg(range, QString::fromStdString(l.kv));
 }
 
 }  // namespace
@@ -101,11 +100,13 @@ QVariant ItemTableModel::headerData(int section, Qt::Orientation orientation, in
 }
 
 QVariant ItemTableModel::display(const ItemRecord& item, int column) const {
-    const json& r = item.results;
+    using experiments::MatchedResult;
+    const experiments::ItemResults& r = item.results;
     switch (column) {
     case IdColumn: return QString::fromStdString(item.itemId);
     case SuffixesEqualColumn:
-        return item.status == "no_boundary" ? tr("no boundary") : yesNo(r, {"matched", "suffix_equal"});
+        return item.status == experiments::ItemStatus::NoBoundary ? tr("no boundary")
+                                                                  : matchedFlag(item, &MatchedResult::suffixEqual);
     case FirstDivergenceColumn: {
         const int d = item_results::firstDivergence(item);
         return d < 0 ? QVariant() : QVariant(d);
@@ -114,26 +115,16 @@ QVariant ItemTableModel::display(const ItemRecord& item, int column) const {
         const auto m = item_results::measureOf(item, ItemMeasure::MarginAtDivergence);
         return m ? QVariant(QString::number(*m, 'g', 4)) : QVariant();
     }
-    case CorrectLiveColumn: return yesNo(r, {"matched", "correct_live"});
-    case CorrectPrefillColumn: return yesNo(r, {"matched", "correct_prefill"});
+    case CorrectLiveColumn: return matchedFlag(item, &MatchedResult::correctLive);
+    case CorrectPrefillColumn: return matchedFlag(item, &MatchedResult::correctPrefill);
     case ReplicasColumn: {
-        const QVariant a = yesNo(r, {"matched", "replica_live_exact"}),
-                       b = yesNo(r, {"matched", "replica_prefill_exact"});
-        if (!a.isValid() || !b.isValid()) return {};
+        if (!r.matched) return {};
+        const QVariant a = yesNo(r.matched->replicaLiveExact), b = yesNo(r.matched->replicaPrefillExact);
         return a == b ? a : QVariant(tr("live %1, prefill %2").arg(a.toString(), b.toString()));
     }
-    case BridgeColumn: return yesNo(r, {"bridge", "exact"});
+    case BridgeColumn: return r.bridge ? yesNo(r.bridge->exact) : QVariant();
     case TransplantColumn: return item_results::transplantVerdict(item);
-    case LocalizeColumn: {
-        if (!r.contains("localize")) return {};
-        const json& l = r["localize"];
-        if (!l.value("found", false)) return tr("none found");
-        const auto layers = l.value("layers", std::vector<int64_t>());
-        if (layers.empty()) return {};
-        const QString range = layers.size() == 1 ? QString::number(layers.front())
-                                                 : QStringLiteral("%1-%2").arg(layers.front()).arg(layers.back());
-        return QStringLiteral("%1 (%2)").arg(range, QString::fromStdString(l.value("kv", std::string())));
-    }
+    case LocalizeColumn: return r.localize ? localizeText(*r.localize) : QVariant();
     }
     return {};
 }
@@ -161,7 +152,7 @@ QVariant ItemTableModel::data(const QModelIndex& index, int role) const {
     case FlippedRole: return item_results::flipped(item);
     case ProtocolsRole: {
         QStringList names;
-        for (const auto& [name, value] : item.results.items()) names << QString::fromStdString(name);
+        for (const std::string& name : item.results.protocols()) names << QString::fromStdString(name);
         return names;
     }
     case Qt::TextAlignmentRole:

@@ -115,7 +115,7 @@ void LedgerPage::showRun(int row) {
     currentRun_ = row;
     const experiments::Ledger ledger(path_.toStdString(), experiments::LedgerAccess::ReadOnly);
     items_->setItems(ledger.items(runInfos_[static_cast<std::size_t>(row)].runId));
-    summary_->setItems(items_->items(), runInfos_[static_cast<std::size_t>(row)]);
+    summary_->setItems(items_->items());
     proxy_->setRange({});
 }
 

@@ -2,7 +2,6 @@
 #include "widgets/ledger_summary_view.h"
 
 #include "widgets/item_table_model.h"
-#include "widgets/json_path.h"
 
 #include "experiments/report.h"
 
@@ -17,7 +16,6 @@
 namespace kvscope::widgets {
 
 using experiments::ItemRecord;
-using nlohmann::json;
 
 std::vector<HistogramBar> histogramOf(const std::vector<ItemRecord>& items, ItemMeasure measure, int maxBars) {
     std::vector<double> values;
@@ -42,31 +40,29 @@ std::vector<HistogramBar> histogramOf(const std::vector<ItemRecord>& items, Item
     return bars;
 }
 
-QString summaryLine(const std::vector<ItemRecord>& items, const experiments::RunInfo& run) {
-    const json report = experiments::buildReport(items, run);
-    const json& m = report["matched"];
-    const int n = m.value("n", 0);
-    if (n == 0) return QObject::tr("%1 items; no live-vs-prefill comparison (matched) in this run").arg(items.size());
+QString summaryLine(const std::vector<ItemRecord>& items) {
+    const experiments::StudySummary study = experiments::summarizeStudy(items);
+    const experiments::MatchedSummary& m = study.matched;
+    if (m.n == 0) return QObject::tr("%1 items; no live-vs-prefill comparison (matched) in this run").arg(items.size());
     auto percent = [](double x) { return QStringLiteral("%1%").arg(100 * x, 0, 'f', 1); };
-    const int differ = m.value("suffix_differ", 0);
-    QString line =
-        QObject::tr("n %1  |  suffixes differ %2 (%3)  |  labels flipped %4  |  accuracy live %5 / prefill %6")
-            .arg(n)
-            .arg(differ)
-            .arg(percent(static_cast<double>(differ) / n))
-            .arg(m.value("label_differ", 0))
-            .arg(percent(m.value("accuracy_live", 0.0)), percent(m.value("accuracy_prefill", 0.0)));
-    if (const json* ci = jsonAt(m, {"accuracy_diff_ci"}); ci && ci->is_array() && ci->size() == 2)
-        line += QObject::tr(", diff %1 pt, paired 95% CI [%2, %3]")
-                    .arg(100 * m.value("accuracy_diff", 0.0), 0, 'f', 1)
-                    .arg(100 * (*ci)[0].get<double>(), 0, 'f', 1)
-                    .arg(100 * (*ci)[1].get<double>(), 0, 'f', 1);
-    for (const char* dtype : {"bf16", "fp32"})
-        if (const json* t = jsonAt(report, {"fixed_prefix_2x2", dtype}); t && t->value("n", 0) > 0)
+    QString line = QObject::tr("n %1  |  suffixes differ %2 (%3)  |  labels flipped %4")
+                       .arg(m.n)
+                       .arg(m.suffixDiffer)
+                       .arg(percent(static_cast<double>(m.suffixDiffer) / static_cast<double>(m.n)))
+                       .arg(m.labelDiffer);
+    if (const auto& a = m.accuracy)
+        line += QObject::tr("  |  accuracy live %1 / prefill %2, diff %3 pt, paired 95% CI [%4, %5]")
+                    .arg(percent(a->live), percent(a->prefill))
+                    .arg(100 * a->diff, 0, 'f', 1)
+                    .arg(100 * a->bootstrapCi.lower, 0, 'f', 1)
+                    .arg(100 * a->bootstrapCi.upper, 0, 'f', 1);
+    for (const auto& [dtype, row] :
+         {std::pair{"bf16", &study.fixedPrefixBf16}, std::pair{"fp32", &study.fixedPrefixFp32}})
+        if (row->n > 0)
             line += QObject::tr("  |  2x2 %1 disagree %2/%3")
                         .arg(QString::fromLatin1(dtype))
-                        .arg(t->value("disagree", 0))
-                        .arg(t->value("n", 0));
+                        .arg(row->disagree)
+                        .arg(row->n);
     return line;
 }
 
@@ -119,8 +115,8 @@ const std::vector<HistogramBar>& LedgerSummaryView::bars(ItemMeasure measure) co
 
 QString LedgerSummaryView::summaryText() const { return summary_->text(); }
 
-void LedgerSummaryView::setItems(const std::vector<ItemRecord>& items, const experiments::RunInfo& run) {
-    summary_->setText(summaryLine(items, run));
+void LedgerSummaryView::setItems(const std::vector<ItemRecord>& items) {
+    summary_->setText(summaryLine(items));
     divergenceBars_ = histogramOf(items, ItemMeasure::FirstDivergence);
     marginBars_ = histogramOf(items, ItemMeasure::MarginAtDivergence);
     range_ = {};

@@ -28,13 +28,13 @@ struct HistogramBar {
 std::vector<HistogramBar> histogramOf(const std::vector<experiments::ItemRecord>& items, ItemMeasure measure,
                                       int maxBars = 24);
 // "n 200 | suffixes differ 57 (28.5%) | labels flipped 3 | accuracy live 70.5% / prefill 71.0%, ..."
-QString summaryLine(const std::vector<experiments::ItemRecord>& items, const experiments::RunInfo& run);
+QString summaryLine(const std::vector<experiments::ItemRecord>& items);
 
 class LedgerSummaryView : public QWidget {
     Q_OBJECT
 public:
     explicit LedgerSummaryView(QWidget* parent = nullptr);
-    void setItems(const std::vector<experiments::ItemRecord>& items, const experiments::RunInfo& run);
+    void setItems(const std::vector<experiments::ItemRecord>& items);
     void clearRange();  // unhighlights; emits rangeChanged with an inactive range if one was active
 
     const ItemRange& range() const { return range_; }

@@ -29,10 +29,6 @@ std::vector<int64_t> idsOf(const std::vector<TokenView>& tokens) {
     for (const TokenView& t : tokens) ids.push_back(t.id);
     return ids;
 }
-
-int firstDifference(const std::vector<TokenView>& a, const std::vector<TokenView>& b) {
-    return static_cast<int>(experiments::firstDivergence(idsOf(a), idsOf(b)));
-}
 }  // namespace
 
 // Everything here lives in the worker thread.
@@ -91,7 +87,7 @@ struct ModelWorker::State {
         v.promptLength = static_cast<int>(b.prompt.size());
         v.live = side(QObject::tr("live (cache built while decoding)"), b.liveSuffix);
         v.prefill = side(QObject::tr("prefill (one forward over the same ids)"), b.prefillSuffix);
-        v.firstDivergence = firstDifference(v.live.tokens, v.prefill.tokens);
+        v.firstDivergence = static_cast<int>(experiments::firstDivergence(b.liveSuffix.ids, b.prefillSuffix.ids));
         v.diff = diffCaches(b.live, b.prefill);
         v.layers = static_cast<int>(config->dtypes.empty() ? 0 : mainModel().config().numLayers);
         lastAnalysis = v;
@@ -208,25 +204,18 @@ void ModelWorker::openModel(quint64 job, const QString& dir, const QString& dtyp
 
 void ModelWorker::analyzeLedgerItem(quint64 job, const experiments::RunInfo& run, const experiments::ItemRecord& item) {
     post(job, tr("analyse item"), [this, job, run, item] {
-        if (item.status != "done")
-            throw UsageError("item " + item.itemId + " has no stage boundary: nothing to compare");
-        const experiments::RunDescription d = experiments::describeRun(run.manifest);
-        if (d.experimentPath.empty() || d.modelPath.empty())
-            throw UsageError("run " + run.runId + ": its manifest names no experiment file or model folder");
-        ExperimentConfig c = ExperimentConfig::load(d.experimentPath);
-        c.modelDir = d.modelPath;
-        state_->useConfig(std::move(c), run.runId);
-        const int64_t boundary = item.results.at("trace").at("boundary").get<int64_t>();
+        const int64_t boundary = experiments::storedBoundary(item);
+        state_->useConfig(experiments::configOfRun(run), run.runId);
         AnalysisView v;
         v.job = job;
         v.title = QString::fromStdString(item.itemId);
         ItemContext ctx = state_->context();
-        if (item.results.contains("localize") && item.results["localize"].value("found", false)) {
-            const auto& l = item.results["localize"];  // {"layers": [lo..hi-1], "kv": "k" | "v" | "kv"}
+        if (item.results.localize && item.results.localize->found) {
+            const experiments::LocalizeResult& l = *item.results.localize;
             TransplantSpec spec;
-            spec.parseKv(l.value("kv", std::string("kv")));
+            spec.parseKv(l.kv);
             v.hasLocalize = true;
-            v.localizeLayers = l.at("layers").get<std::vector<int64_t>>();
+            v.localizeLayers = l.layers;
             v.localizeKeys = spec.keys;
             v.localizeValues = spec.values;
         }
@@ -309,24 +298,18 @@ void ModelWorker::transplant(quint64 job, const TransplantRequest& request) {
 void ModelWorker::compareSides(quint64 job, const SideSpec& a, const SideSpec& b) {
     post(job, tr("compare"), [this, job, a, b] {
         if (!state_->boundary) throw UsageError("select an item (or compare in the session) first");
-        const experiments::BoundaryState& bs = *state_->boundary;
-        ItemContext ctx = state_->context();
-        const auto P = static_cast<int64_t>(bs.prompt.size());
-        auto build = [&](const SideSpec& spec, KvCache& cache) {
-            const std::string dtype = spec.dtype.isEmpty() ? state_->config->dtypes.front() : spec.dtype.toStdString();
-            const Kernels kernels =
-                spec.kernels.isEmpty() ? state_->config->kernels : parseKernels(spec.kernels.toStdString());
-            const Transformer& model = state_->models->get(dtype, kernels);
-            cache = buildCache(model, bs.prefix, Construction::parse(spec.construction.toStdString()), P);
-            const GenerationResult r = experiments::continueWithRunRules(
-                ctx, model, cache, bs.budget, [this](const StepRecord&, int64_t) { return keepGoing(); });
-            if (r.stopReason == StopReason::Cancelled) throw Cancelled("comparison cancelled");
-            QString label = QStringLiteral("%1 \u00b7 %2")
-                                .arg(QString::fromStdString(cache.construction()), QString::fromStdString(dtype));
-            if (kernels == Kernels::Invariant) label += QStringLiteral(" \u00b7 invariant kernels");
-            return state_->side(label, r);
+        auto recipe = [](const SideSpec& spec) {
+            experiments::SideRecipe r;
+            r.construction = spec.construction.toStdString();
+            r.dtype = spec.dtype.toStdString();
+            if (!spec.kernels.isEmpty()) r.kernels = parseKernels(spec.kernels.toStdString());
+            return r;
         };
-        KvCache cacheA, cacheB;
+        const experiments::ModelLookup models = [this](const std::string& dtype, Kernels kernels) -> const Transformer& {
+            return state_->models->get(dtype, kernels);
+        };
+        const experiments::SideComparison c = experiments::compareSides(
+            state_->context(), models, *state_->boundary, recipe(a), recipe(b), [this] { return keepGoing(); });
         AnalysisView v;
         v.job = job;
         v.liveVsPrefill = false;
@@ -334,11 +317,11 @@ void ModelWorker::compareSides(quint64 job, const SideSpec& a, const SideSpec& b
         v.prefix = state_->lastAnalysis.prefix;
         v.promptLength = state_->lastAnalysis.promptLength;
         v.layers = state_->lastAnalysis.layers;
-        v.live = build(a, cacheA);
-        v.prefill = build(b, cacheB);
-        v.firstDivergence = firstDifference(v.live.tokens, v.prefill.tokens);
-        if (cacheA.dtype() == cacheB.dtype())
-            v.diff = diffCaches(cacheA, cacheB);
+        v.live = state_->side(QString::fromStdString(c.a.label), c.a.continuation);
+        v.prefill = state_->side(QString::fromStdString(c.b.label), c.b.continuation);
+        v.firstDivergence = static_cast<int>(c.firstDivergence);
+        if (c.diff)
+            v.diff = *c.diff;
         else
             v.diffNote = tr("the two sides use different precisions: no element-wise cache difference");
         emit analysisReady(v);

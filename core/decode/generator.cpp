@@ -20,17 +20,6 @@ StopRules stopRulesFor(const Transformer& model, int64_t maxNewTokens, bool igno
     return s;
 }
 
-std::string stopReasonName(StopReason reason) {
-    switch (reason) {
-    case StopReason::Eos: return "eos";
-    case StopReason::StopString: return "stop_string";
-    case StopReason::MaxNewTokens: return "max_new_tokens";
-    case StopReason::Cancelled: return "cancelled";
-    case StopReason::ContextFull: return "max_position_embeddings";
-    }
-    return "?";
-}
-
 torch::Tensor Generator::prefill(const std::vector<int64_t>& ids, KvCache& cache) const {
     torch::NoGradGuard noGrad;
     return model_.forward(ids, cache, Logits::Last).reshape({-1});

@@ -8,6 +8,7 @@
 // All of them run under a no-grad guard created in the calling thread.
 #include "core/cache/kv_cache.h"
 #include "core/decode/sampler.h"
+#include "core/decode/stop_reason.h"
 #include "core/model/transformer.h"
 
 #include <functional>
@@ -29,11 +30,6 @@ struct StopRules {
 StopRules stopRulesFor(const Transformer& model, int64_t maxNewTokens, bool ignoreEos = false,
                        std::vector<std::string> stopStrings = {},
                        std::function<std::string(const std::vector<int64_t>&)> detokenize = {});
-
-// ContextFull: the sequence reached the model's max_position_embeddings.
-enum class StopReason { Eos, StopString, MaxNewTokens, Cancelled, ContextFull };
-// "eos", "stop_string", "max_new_tokens", "cancelled", "max_position_embeddings"
-std::string stopReasonName(StopReason reason);
 
 struct GenerationResult {
     std::vector<int64_t> ids;       // generated token ids (the prompt excluded)

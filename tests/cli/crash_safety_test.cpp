@@ -56,15 +56,13 @@ nlohmann::json ledgerItems(const std::string& path) {
     nlohmann::json out = nlohmann::json::array();
     if (runs.size() != 1) return out;
     for (auto r : ledger.items(runs.front().runId)) {
-        if (r.results.contains("caches"))
-            for (auto& [construction, cachePath] : r.results["caches"].items()) {
-                const std::string p = cachePath.get<std::string>();
-                EXPECT_EQ(p.rfind(folder, 0), 0u) << p;
-                cachePath = p.substr(folder.size());
-            }
+        for (auto& [construction, cachePath] : r.results.caches) {
+            EXPECT_EQ(cachePath.rfind(folder, 0), 0u) << cachePath;
+            cachePath = cachePath.substr(folder.size());
+        }
         out.push_back({{"id", r.itemId},
-                       {"status", r.status},
-                       {"results", r.results},
+                       {"status", experiments::itemStatusName(r.status)},
+                       {"results", experiments::toJson(r.results)},
                        {"trajectories", r.trajectories},
                        {"fingerprints", r.fingerprints},
                        {"tokens", r.tokens}});

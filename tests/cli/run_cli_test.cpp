@@ -132,7 +132,7 @@ TEST(RunCli, InvariantKernelsRemoveTheDivergenceAndAuditAtPrefillSpeed) {
         const experiments::Ledger ledger(db, experiments::LedgerAccess::ReadOnly);
         const auto run = ledger.runs().back();
         for (const auto& item : ledger.items(run.runId))
-            EXPECT_EQ(item.results["bridge"]["construction"], "prefill") << item.itemId;
+            EXPECT_EQ(item.results.bridge.value().construction, "prefill") << item.itemId;
     }
 
     // Side by side: torch kernels split some suffixes, invariant kernels none.
@@ -287,7 +287,18 @@ TEST(RunCli, InterruptFinishesTheItemAndTellsHowToResume) {
                 static_cast<char*>(nullptr));
         ::_exit(127);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    // Interrupt once an item is recorded (a fixed sleep raced the start-up on a loaded machine: the
+    // signal came before the handler was installed and ended the process the default way).
+    auto finished = [&]() -> std::size_t {
+        try {
+            const experiments::Ledger l(db, experiments::LedgerAccess::ReadOnly);
+            const auto runs = l.runs();
+            return runs.empty() ? 0 : l.finishedItems(runs.front().runId).size();
+        } catch (const std::exception&) {
+            return 0;  // not created yet
+        }
+    };
+    for (int i = 0; i < 1200 && finished() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     ::kill(child, SIGINT);
     int status = 0;
     ::waitpid(child, &status, 0);
@@ -362,6 +373,62 @@ TEST(RunCli, ShardsStartedTogetherGenerateTheModelOnceAndCleanAfterADeadGenerato
     auto merge = runCli("ledger merge " + shellQuote(dir.file("all.db")) + " " + shellQuote(dir.file("s0.db")) + " " +
                         shellQuote(dir.file("s1.db")));
     EXPECT_EQ(merge.exitCode, 0) << merge.err;  // one run: both shards saw the same model
+}
+
+// `kvscope compare`: the GUI's two-constructions comparison on a ledger item, headless. Whether bf16
+// live and prefill split depends on the CPU and libtorch, so live vs prefill is checked against
+// what the run itself recorded for the item, and the faithful rebuild (token by token after the
+// prompt) against the live cache, which holds everywhere.
+TEST(RunCli, CompareRebuildsAnItemTwoWaysAsTheLedgerRecordedIt) {
+    test::TempDir dir;
+    const std::string db = dir.file("c.db");
+    ASSERT_EQ(runCli("run " + writeExperiment(dir, "\"matched\"") + " --ledger " + shellQuote(db) +
+                     " --items arith-00,arith-03")
+                  .exitCode,
+              0);
+    const experiments::Ledger ledger(db, experiments::LedgerAccess::ReadOnly);
+    for (const experiments::ItemRecord& item : ledger.items(ledger.runs().back().runId)) {
+        const auto compared = runCli("compare " + shellQuote(db) + " --item " + item.itemId + " --json");
+        ASSERT_EQ(compared.exitCode, 0) << compared.err;
+        const auto j = nlohmann::json::parse(compared.out);
+        EXPECT_EQ(j["a"]["construction"], "live");
+        EXPECT_EQ(j["b"]["construction"], "prefill");
+        EXPECT_EQ(j["a"]["continuation"].get<std::vector<int64_t>>(), item.trajectories.at("suffix_live"));
+        EXPECT_EQ(j["b"]["continuation"].get<std::vector<int64_t>>(), item.trajectories.at("suffix_prefill"));
+        EXPECT_EQ(j["a"]["fingerprint"], item.fingerprints.at("live_cache"));
+        EXPECT_EQ(j["b"]["fingerprint"], item.fingerprints.at("prefill_cache"));
+        const auto& m = item.results.matched.value();
+        EXPECT_EQ(j["first_divergence"].is_null(), !m.firstDivergence.has_value()) << item.itemId;
+        if (m.firstDivergence) {
+            EXPECT_EQ(j["first_divergence"], *m.firstDivergence);
+        }
+        EXPECT_EQ(j["diff"]["bit_exact"], item.fingerprints.at("live_cache") == item.fingerprints.at("prefill_cache"));
+
+        const std::string prompt = std::to_string(item.trajectories.at("prompt").size());
+        const auto bridge = runCli("compare " + shellQuote(db) + " --item " + item.itemId +
+                                   " --b incremental:" + prompt + " --json");
+        ASSERT_EQ(bridge.exitCode, 0) << bridge.err;
+        const auto k = nlohmann::json::parse(bridge.out);
+        EXPECT_EQ(k["b"]["construction"], "incremental:" + prompt);
+        EXPECT_TRUE(k["diff"]["bit_exact"].get<bool>()) << item.itemId;
+        EXPECT_TRUE(k["first_divergence"].is_null()) << item.itemId;
+    }
+    // Other precisions and kernels per side; no element-wise difference across precisions.
+    const auto mixed = runCli("compare " + shellQuote(db) +
+                              " --item arith-00 --a prefill --b prefill --b-dtype fp32 --b-kernels invariant --json");
+    ASSERT_EQ(mixed.exitCode, 0) << mixed.err;
+    const auto x = nlohmann::json::parse(mixed.out);
+    EXPECT_EQ(x["b"]["dtype"], "fp32");
+    EXPECT_EQ(x["b"]["kernels"], "invariant");
+    EXPECT_NE(x["b"]["label"].get<std::string>().find("invariant kernels"), std::string::npos);
+    EXPECT_TRUE(x["diff"].is_null());
+    const auto text = runCli("compare " + shellQuote(db) + " --item arith-00");
+    ASSERT_EQ(text.exitCode, 0) << text.err;
+    EXPECT_NE(text.out.find("a: live"), std::string::npos) << text.out;
+    EXPECT_NE(text.out.find("bit-exact:"), std::string::npos) << text.out;
+    const auto missing = runCli("compare " + shellQuote(db) + " --item nope");
+    EXPECT_EQ(missing.exitCode, 2);
+    EXPECT_NE(missing.err.find("no item 'nope'"), std::string::npos) << missing.err;
 }
 
 }  // namespace

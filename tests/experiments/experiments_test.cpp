@@ -135,29 +135,26 @@ ItemRecord sampleItem(const std::string& id, int64_t index, bool divergent) {
     ItemRecord r;
     r.itemId = id;
     r.index = index;
-    r.status = "done";
+    r.status = ItemStatus::Done;
     r.seconds = 1.5;
     r.tokens = 40;
     r.trajectories["trace"] = {1, 2, 3};
     r.fingerprints["comparison"] = "abc";
-    r.results["trace"] = {{"length", 3}, {"boundary", 2}, {"stop_reason", "eos"}};
-    r.results["matched"] = {
-        {"suffix_equal", !divergent},
-        {"first_divergence", divergent ? nlohmann::json(1) : nlohmann::json(nullptr)},
-        {"at_divergence",
-         {{"live", divergent ? nlohmann::json{{"margin", 0.03125}} : nlohmann::json(nullptr)}, {"prefill", nullptr}}},
-        {"replica_live_exact", true},
-        {"replica_prefill_exact", true},
-        {"correct_live", index % 2 == 0},
-        {"correct_prefill", index % 3 == 0},
-        {"margins_live", {0.5, 0.03125, 1.0}}};
-    r.results["bridge"] = {{"exact", true}};
-    r.results["fixed_prefix_2x2"] = {{"bf16", {{"disagree", divergent}}}, {"fp32", {{"disagree", false}}}};
-    r.results["audit"] = {{"reproduced", true}};
+    r.results.trace = TraceResult{3, StopReason::Eos, 2};
+    MatchedResult m;
+    m.suffixEqual = !divergent;
+    if (divergent) m.firstDivergence = 1, m.liveAtDivergence = StepSummary{7, 0.03125, 0.5, -0.25};
+    m.correctLive = index % 2 == 0;
+    m.correctPrefill = index % 3 == 0;
+    m.suffixLengthLive = m.suffixLengthPrefill = 3;
+    m.marginsLive = {0.5, 0.03125, 1.0};
+    r.results.matched = m;
+    r.results.bridge = BridgeResult{true, std::nullopt};
+    r.results.fixedPrefix2x2 = FixedPrefixResult{{divergent, divergent ? std::optional<int64_t>(1) : std::nullopt}, {}};
+    r.results.audit = AuditResult{true, {}};
     if (divergent) {
-        r.results["transplant"] = {{"prefill_from_live", {{"follows_donor", true}}},
-                                   {"live_from_prefill", {{"follows_donor", true}}}};
-        r.results["localize"] = {{"found", true}, {"layers", {0, 1}}, {"kv", "k"}};
+        r.results.transplant = TransplantResult{"all", "kv", {true, false}, {true, false}};
+        r.results.localize = LocalizeResult{true, {0, 1}, "k", 3};
     }
     return r;
 }
@@ -177,9 +174,10 @@ TEST(Ledger, RoundTripResumeSetAndMerge) {
     const auto items = a.items("r1");
     ASSERT_EQ(items.size(), 1u);
     EXPECT_EQ(items[0].trajectories.at("trace"), (std::vector<int64_t>{1, 2, 3}));
-    EXPECT_EQ(items[0].results["matched"]["first_divergence"], 1);
-    // The failed duplicate left nothing half-written.
-    EXPECT_EQ(items[0].results.size(), sampleItem("x", 0, true).results.size());
+    EXPECT_EQ(items[0].results.matched.value().firstDivergence, 1);
+    // Read back field for field, and the failed duplicate left nothing half-written.
+    EXPECT_TRUE(sameResults(items[0].results, sampleItem("x", 0, true).results));
+    EXPECT_EQ(toJson(items[0].results).dump(), toJson(sampleItem("x", 0, true).results).dump());
 
     Ledger b(dir.file("b.db"));
     b.createRun("r1", manifest);
@@ -280,15 +278,17 @@ TEST(Manifest, DescribeRunReadsTheTypedFieldsAndToleratesAnOlderManifest) {
     test::TempDir dir;
     ExperimentConfig c = ExperimentConfig::load(writeToml(dir, ""));
     c.dtypes = {"bf16", "fp32"};
+    c.kernels = Kernels::Invariant;
     const RunDescription d = describeRun(buildManifest(c));
     EXPECT_EQ(d.experimentPath, dir.file("exp.toml"));
     EXPECT_EQ(d.modelPath, test::tinyModel("qwen2"));
     EXPECT_EQ(d.datasetPath, dir.file("data.jsonl"));
     EXPECT_EQ(d.dtypes, (std::vector<std::string>{"bf16", "fp32"}));
     EXPECT_EQ(d.device, "cpu");
-    EXPECT_EQ(d.kernels, "torch");
+    EXPECT_EQ(d.kernels, Kernels::Invariant);
     const RunDescription old = describeRun(nlohmann::json{{"paths", {{"model", 7}}}});
     EXPECT_TRUE(old.modelPath.empty() && old.experimentPath.empty() && old.dtypes.empty());
+    EXPECT_EQ(old.kernels, Kernels::Torch) << "runs from before the choice existed used torch's kernels";
 }
 
 TEST(Protocols, FirstDivergenceAndTheTransplantVerdict) {

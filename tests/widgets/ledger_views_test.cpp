@@ -92,7 +92,7 @@ TEST(LedgerSummary, StripAndHistogramsCountTheRunAndABarClickFiltersTheTable) {
     for (const auto& r : f.items)
         if (!item_results::divergent(r)) equal.push_back(r);
     LedgerSummaryView empty;
-    empty.setItems(equal, experiments::Ledger(f.ledger).runs().front());
+    empty.setItems(equal);
     EXPECT_TRUE(empty.bars(ItemMeasure::FirstDivergence).empty());
     EXPECT_TRUE(empty.plot(ItemMeasure::MarginAtDivergence)->item(0)->visible());
     EXPECT_NE(empty.summaryText().indexOf(QStringLiteral("suffixes differ 0 ")), -1)
@@ -123,10 +123,11 @@ TEST(LedgerSummary, HistogramBinsHoldEveryValueOnce) {
     std::vector<experiments::ItemRecord> items;
     for (const double margin : {0.0, 0.01, 0.5, 0.5, 2.0}) {
         experiments::ItemRecord r;
-        r.results = {{"matched",
-                      {{"suffix_equal", false},
-                       {"first_divergence", static_cast<int>(margin * 30)},
-                       {"at_divergence", {{"live", {{"margin", margin}}}}}}}};
+        experiments::MatchedResult m;
+        m.suffixEqual = false;
+        m.firstDivergence = static_cast<int>(margin * 30);
+        m.liveAtDivergence = experiments::StepSummary{0, margin, 0, 0};
+        r.results.matched = m;
         items.push_back(r);
     }
     const auto steps = histogramOf(items, ItemMeasure::FirstDivergence, 24);  // steps 0, 0, 15, 15, 60

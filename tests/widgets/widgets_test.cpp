@@ -149,7 +149,7 @@ TEST_F(MainWindowTest, ShowsWhatTheLedgerSaysForTheSelectedItem) {
     EXPECT_EQ(window.ledgerPage()->itemModel()->rowCount(), 12);
     int divergentShown = 0;
     for (const auto& record : f.items) {
-        if (record.status != "done") continue;
+        if (record.status != experiments::ItemStatus::Done) continue;
         const bool divergent = item_results::divergent(record);
         divergentShown += divergent;
         QSignalSpy shown(&window, &MainWindow::analysisShown);
@@ -179,7 +179,7 @@ TEST_F(MainWindowTest, ShowsWhatTheLedgerSaysForTheSelectedItem) {
         // The heatmap: layers x prefix positions, values equal to an independent rebuild of the caches.
         const Transformer model = Transformer::load(f.model, torch::kBFloat16, torch::kCPU);
         const auto& prompt = record.trajectories.at("prompt");
-        const int64_t boundary = record.results.at("trace").at("boundary").get<int64_t>();
+        const int64_t boundary = record.results.trace.value().boundary.value();
         const KvCache live = buildLiveCache(model, prompt, boundary);
         const KvCache prefill =
             buildCache(model, live.ids(), Construction::parse("prefill"), static_cast<int64_t>(prompt.size()));
@@ -233,10 +233,10 @@ TEST_F(MainWindowTest, ShowsWhatTheLedgerSaysForTheSelectedItem) {
 
         if (!divergent) continue;
         // The localize preset selects exactly the ledger's sufficient layers.
-        if (record.results.contains("localize") && record.results["localize"].value("found", false)) {
+        if (record.results.localize && record.results.localize->found) {
             window.transplantPanel()->applyLocalizePreset();
-            const auto layers = record.results["localize"]["layers"].get<std::vector<int64_t>>();
-            const std::string kv = record.results["localize"]["kv"].get<std::string>();
+            const std::vector<int64_t> layers = record.results.localize->layers;
+            const std::string kv = record.results.localize->kv;
             EXPECT_EQ(window.transplantPanel()->layers()->layersWithKeys(),
                       kv == "v" ? std::vector<int64_t>{} : layers);
             EXPECT_EQ(window.transplantPanel()->layers()->layersWithValues(),
@@ -457,7 +457,7 @@ TEST_F(MainWindowTest, BatchRunFromTheWindowWritesTheLedgerTheCliWrites) {
     for (std::size_t i = 0; i < a.size(); ++i) {
         EXPECT_EQ(a[i].trajectories, b[i].trajectories);
         EXPECT_EQ(a[i].fingerprints, b[i].fingerprints);
-        EXPECT_EQ(a[i].results, b[i].results);
+        EXPECT_EQ(experiments::toJson(a[i].results), experiments::toJson(b[i].results));
     }
 
     // Cancel between items: a batch stops and says how to resume. A second batch queued behind it

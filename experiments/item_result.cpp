@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: MIT
+#include "experiments/item_result.h"
+
+#include "core/util/error.h"
+
+#include <cmath>
+#include <functional>
+#include <limits>
+
+namespace kvscope::experiments {
+namespace {
+
+using nlohmann::json;
+
+// One stored object's fields, read with errors that say where: "LEDGER: item 'x': matched: field
+// 'suffix_equal' must be a boolean".
+class Fields {
+public:
+    Fields(const json& object, std::string where) : object_(object), where_(std::move(where)) {
+        if (!object_.is_object()) fail("must be an object");
+    }
+
+    bool boolean(const char* key) const { return is(key, &json::is_boolean, "a boolean").get<bool>(); }
+    int64_t integer(const char* key) const { return is(key, &json::is_number_integer, "an integer").get<int64_t>(); }
+    std::string text(const char* key) const { return is(key, &json::is_string, "a string").get<std::string>(); }
+    std::optional<int64_t> nullableInteger(const char* key) const {
+        const json& v =
+            is(key, [](const json& j) { return j.is_null() || j.is_number_integer(); }, "null or an integer");
+        return v.is_null() ? std::nullopt : std::optional<int64_t>(v.get<int64_t>());
+    }
+    std::optional<std::string> nullableText(const char* key) const {
+        const json& v = is(key, [](const json& j) { return j.is_null() || j.is_string(); }, "null or a string");
+        return v.is_null() ? std::nullopt : std::optional<std::string>(v.get<std::string>());
+    }
+    // JSON has no NaN or infinity: nlohmann writes them as null, so null reads back as NaN.
+    double number(const char* key) const { return numberFrom(is(key, &isNumberOrNull, "a number"), key); }
+    std::vector<double> numbers(const char* key) const {
+        std::vector<double> out;
+        for (const json& v : is(key, &json::is_array, "an array of numbers")) out.push_back(numberFrom(v, key));
+        return out;
+    }
+    std::vector<int64_t> integers(const char* key) const {
+        std::vector<int64_t> out;
+        for (const json& v : is(key, &json::is_array, "an array of integers")) {
+            if (!v.is_number_integer()) fail(std::string("field '") + key + "' must be an array of integers");
+            out.push_back(v.get<int64_t>());
+        }
+        return out;
+    }
+    std::vector<std::string> texts(const char* key) const {
+        std::vector<std::string> out;
+        for (const json& v : is(key, &json::is_array, "an array of strings")) {
+            if (!v.is_string()) fail(std::string("field '") + key + "' must be an array of strings");
+            out.push_back(v.get<std::string>());
+        }
+        return out;
+    }
+    Fields object(const char* key) const { return {is(key, &json::is_object, "an object"), where_ + "." + key}; }
+    bool has(const char* key) const { return object_.contains(key); }
+    bool isNull(const char* key) const { return has(key) && object_.at(key).is_null(); }
+    const json& raw() const { return object_; }
+    const std::string& where() const { return where_; }
+
+private:
+    static bool isNumberOrNull(const json& j) { return j.is_number() || j.is_null(); }
+    double numberFrom(const json& v, const char* key) const {
+        if (v.is_null()) return std::numeric_limits<double>::quiet_NaN();
+        if (!v.is_number()) fail(std::string("field '") + key + "' must hold numbers");
+        return v.get<double>();
+    }
+    template <typename Test>
+    const json& is(const char* key, Test test, const char* what) const {
+        if (!object_.contains(key)) fail(std::string("field '") + key + "' is missing");
+        const json& v = object_.at(key);
+        if (!std::invoke(test, v)) fail(std::string("field '") + key + "' must be " + what);
+        return v;
+    }
+    [[noreturn]] void fail(const std::string& message) const { throw FormatError(where_ + ": " + message); }
+
+    const json& object_;
+    std::string where_;
+};
+
+json nullable(const std::optional<int64_t>& v) { return v ? json(*v) : json(nullptr); }
+json nullable(const std::optional<std::string>& v) { return v ? json(*v) : json(nullptr); }
+
+StopReason readStopReason(const Fields& f) {
+    const std::string name = f.text("stop_reason");
+    if (const auto reason = parseStopReason(name)) return *reason;
+    throw FormatError(f.where() + ": field 'stop_reason' has unknown value '" + name + "'");
+}
+
+// ---- to JSON: the ledger's schema, version 1 ---------------------------------------------------
+
+json traceJson(const TraceResult& t) {
+    return {{"length", t.length}, {"stop_reason", stopReasonName(t.stopReason)}, {"boundary", nullable(t.boundary)}};
+}
+
+json stepJson(const std::optional<StepSummary>& s) {
+    if (!s) return nullptr;
+    return {{"id", s->id}, {"margin", s->margin}, {"entropy", s->entropy}, {"logprob", s->logprob}};
+}
+
+json matchedJson(const MatchedResult& m) {
+    return {{"suffix_equal", m.suffixEqual},
+            {"first_divergence", nullable(m.firstDivergence)},
+            {"at_divergence", {{"live", stepJson(m.liveAtDivergence)}, {"prefill", stepJson(m.prefillAtDivergence)}}},
+            {"replica_live_exact", m.replicaLiveExact},
+            {"replica_prefill_exact", m.replicaPrefillExact},
+            {"answer_live", nullable(m.answerLive)},
+            {"answer_prefill", nullable(m.answerPrefill)},
+            {"correct_live", m.correctLive},
+            {"correct_prefill", m.correctPrefill},
+            {"suffix_length_live", m.suffixLengthLive},
+            {"suffix_length_prefill", m.suffixLengthPrefill},
+            {"margins_live", m.marginsLive}};
+}
+
+json cellJson(const FixedPrefixCell& c) {
+    return {{"disagree", c.disagree}, {"first_divergence", nullable(c.firstDivergence)}};
+}
+
+json bridgeJson(const BridgeResult& b) {
+    json j = {{"exact", b.exact}};
+    if (b.construction) j["construction"] = *b.construction;
+    return j;
+}
+
+json verdictJson(const TransplantVerdict& v) {
+    return {{"follows_donor", v.followsDonor}, {"follows_recipient", v.followsRecipient}};
+}
+
+json transplantJson(const TransplantResult& t) {
+    return {{"layers", t.layers},
+            {"kv", t.kv},
+            {"prefill_from_live", verdictJson(t.prefillFromLive)},
+            {"live_from_prefill", verdictJson(t.liveFromPrefill)}};
+}
+
+json localizeJson(const LocalizeResult& l) {
+    if (!l.found) return {{"found", false}, {"tests", l.tests}};
+    return {{"found", true}, {"layers", l.layers}, {"kv", l.kv}, {"tests", l.tests}};
+}
+
+// ---- from JSON ------------------------------------------------------------------------------
+
+TraceResult readTrace(const Fields& f) {
+    return {f.integer("length"), readStopReason(f), f.nullableInteger("boundary")};
+}
+
+std::optional<StepSummary> readStep(const Fields& parent, const char* key) {
+    if (parent.isNull(key)) return std::nullopt;
+    const Fields f = parent.object(key);
+    return StepSummary{f.integer("id"), f.number("margin"), f.number("entropy"), f.number("logprob")};
+}
+
+MatchedResult readMatched(const Fields& f) {
+    MatchedResult m;
+    m.suffixEqual = f.boolean("suffix_equal");
+    m.firstDivergence = f.nullableInteger("first_divergence");
+    const Fields at = f.object("at_divergence");
+    m.liveAtDivergence = readStep(at, "live");
+    m.prefillAtDivergence = readStep(at, "prefill");
+    m.replicaLiveExact = f.boolean("replica_live_exact");
+    m.replicaPrefillExact = f.boolean("replica_prefill_exact");
+    m.answerLive = f.nullableText("answer_live");
+    m.answerPrefill = f.nullableText("answer_prefill");
+    m.correctLive = f.boolean("correct_live");
+    m.correctPrefill = f.boolean("correct_prefill");
+    m.suffixLengthLive = f.integer("suffix_length_live");
+    m.suffixLengthPrefill = f.integer("suffix_length_prefill");
+    m.marginsLive = f.numbers("margins_live");
+    return m;
+}
+
+FixedPrefixCell readCell(const Fields& f) { return {f.boolean("disagree"), f.nullableInteger("first_divergence")}; }
+
+BridgeResult readBridge(const Fields& f) {
+    return {f.boolean("exact"),
+            f.has("construction") ? std::optional<std::string>(f.text("construction")) : std::nullopt};
+}
+
+TransplantVerdict readVerdict(const Fields& f) { return {f.boolean("follows_donor"), f.boolean("follows_recipient")}; }
+
+LocalizeResult readLocalize(const Fields& f) {
+    LocalizeResult l;
+    l.found = f.boolean("found");
+    l.tests = f.integer("tests");
+    if (l.found) l.layers = f.integers("layers"), l.kv = f.text("kv");
+    return l;
+}
+
+std::map<std::string, std::string> readCaches(const Fields& f) {
+    std::map<std::string, std::string> out;
+    for (const auto& [construction, path] : f.raw().items()) out[construction] = f.text(construction.c_str());
+    return out;
+}
+
+}  // namespace
+
+std::string itemStatusName(ItemStatus status) { return status == ItemStatus::Done ? "done" : "no_boundary"; }
+
+ItemStatus parseItemStatus(const std::string& name, const std::string& where) {
+    if (name == "done") return ItemStatus::Done;
+    if (name == "no_boundary") return ItemStatus::NoBoundary;
+    throw FormatError(where + ": status '" + name + "' is not one of done, no_boundary");
+}
+
+json toJson(const ItemResults& r) {
+    json j = json::object();
+    if (r.trace) j["trace"] = traceJson(*r.trace);
+    if (r.matched) j["matched"] = matchedJson(*r.matched);
+    if (r.fixedPrefix2x2)
+        j["fixed_prefix_2x2"] = {{"bf16", cellJson(r.fixedPrefix2x2->bf16)},
+                                 {"fp32", cellJson(r.fixedPrefix2x2->fp32)}};
+    if (r.bridge) j["bridge"] = bridgeJson(*r.bridge);
+    if (r.transplant) j["transplant"] = transplantJson(*r.transplant);
+    if (r.localize) j["localize"] = localizeJson(*r.localize);
+    if (r.audit) j["audit"] = {{"reproduced", r.audit->reproduced}, {"mismatches", r.audit->mismatches}};
+    if (!r.caches.empty()) j["caches"] = r.caches;
+    return j;
+}
+
+void readProtocolResult(ItemResults& r, const std::string& protocol, const json& data, const std::string& where) {
+    const Fields f(data, where + ": " + protocol);
+    if (protocol == "trace")
+        r.trace = readTrace(f);
+    else if (protocol == "matched")
+        r.matched = readMatched(f);
+    else if (protocol == "fixed_prefix_2x2")
+        r.fixedPrefix2x2 = FixedPrefixResult{readCell(f.object("bf16")), readCell(f.object("fp32"))};
+    else if (protocol == "bridge")
+        r.bridge = readBridge(f);
+    else if (protocol == "transplant")
+        r.transplant = TransplantResult{f.text("layers"), f.text("kv"), readVerdict(f.object("prefill_from_live")),
+                                        readVerdict(f.object("live_from_prefill"))};
+    else if (protocol == "localize")
+        r.localize = readLocalize(f);
+    else if (protocol == "audit")
+        r.audit = AuditResult{f.boolean("reproduced"), f.texts("mismatches")};
+    else if (protocol == "caches")
+        r.caches = readCaches(f);
+    else
+        throw FormatError(where + ": unknown protocol '" + protocol + "' (a newer kvscope's ledger?)");
+}
+
+ItemResults itemResultsFromJson(const json& all, const std::string& where) {
+    if (!all.is_object()) throw FormatError(where + ": results must be an object");
+    ItemResults r;
+    for (const auto& [protocol, data] : all.items()) readProtocolResult(r, protocol, data, where);
+    return r;
+}
+
+std::vector<std::string> ItemResults::protocols() const {
+    std::vector<std::string> names;
+    const json all = toJson(*this);  // kept alive: items() only refers to it
+    for (const auto& [name, part] : all.items())
+        if (name != "caches") names.push_back(name);
+    return names;
+}
+
+bool sameResults(const ItemResults& a, const ItemResults& b) { return toJson(a) == toJson(b); }
+
+}  // namespace kvscope::experiments

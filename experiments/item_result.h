@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+// What one dataset item's protocols found, as values: runItem fills these, the ledger stores each
+// protocol's part as one JSON row and reads it back into them, and the report, the audit and the
+// GUI read fields, never JSON paths. The JSON form (toJson) is the ledger's schema: its keys are
+// fixed by schema version 1 and by the comparison fingerprint every stored item carries, so a value
+// read from a ledger and written again gives the same bytes (tests/experiments pins both).
+#include "core/decode/stop_reason.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kvscope::experiments {
+
+enum class ItemStatus {
+    Done,        // the trace reached its stage boundary; the protocols ran
+    NoBoundary,  // the trace never reached it: only the trace is recorded
+};
+std::string itemStatusName(ItemStatus status);  // "done" | "no_boundary" (the ledger's spelling)
+ItemStatus parseItemStatus(const std::string& name, const std::string& where);  // FormatError naming `where`
+
+// The decoded trace and where its stage boundary fell.
+struct TraceResult {
+    int64_t length = 0;
+    StopReason stopReason = StopReason::MaxNewTokens;
+    std::optional<int64_t> boundary;  // tokens of the trace in the prefix; none: no boundary
+};
+
+// One decode step where two continuations first differ.
+struct StepSummary {
+    int64_t id = 0;
+    double margin = 0, entropy = 0, logprob = 0;  // NaN where the ledger holds null
+};
+
+// matched: the live cache's continuation against the one-shot prefill's, with replicas.
+struct MatchedResult {
+    bool suffixEqual = true;
+    std::optional<int64_t> firstDivergence;                      // none when the suffixes are equal
+    std::optional<StepSummary> liveAtDivergence, prefillAtDivergence;  // none past a suffix's end
+    bool replicaLiveExact = true, replicaPrefillExact = true;
+    std::optional<std::string> answerLive, answerPrefill;        // none: no answer extracted
+    bool correctLive = false, correctPrefill = false;
+    int64_t suffixLengthLive = 0, suffixLengthPrefill = 0;
+    std::vector<double> marginsLive;                             // top-1 minus top-2 logit per live step
+    bool labelFlipped() const { return correctLive != correctPrefill; }
+};
+
+// fixed_prefix_2x2: incremental against prefill continuations of one prefix, in one precision.
+struct FixedPrefixCell {
+    bool disagree = false;
+    std::optional<int64_t> firstDivergence;
+};
+struct FixedPrefixResult {
+    FixedPrefixCell bf16, fp32;
+};
+
+struct BridgeResult {
+    bool exact = false;                       // the rebuilt cache carries the live cache's fingerprint
+    std::optional<std::string> construction;  // how it was rebuilt; ledgers before the remedy lack it
+};
+
+struct TransplantVerdict {
+    bool followsDonor = false, followsRecipient = false;
+};
+struct TransplantResult {
+    std::string layers, kv;  // the run's [transplant] choice, as written there
+    TransplantVerdict prefillFromLive, liveFromPrefill;
+};
+
+struct LocalizeResult {
+    bool found = false;
+    std::vector<int64_t> layers;  // the smallest sufficient contiguous range, when found
+    std::string kv;               // "k" | "v" | "kv", when found
+    int64_t tests = 0;            // transplants tried
+};
+
+struct AuditResult {
+    bool reproduced = false;
+    std::vector<std::string> mismatches;
+};
+
+// Every protocol's part, present where the protocol ran for the item.
+struct ItemResults {
+    std::optional<TraceResult> trace;
+    std::optional<MatchedResult> matched;
+    std::optional<FixedPrefixResult> fixedPrefix2x2;
+    std::optional<BridgeResult> bridge;
+    std::optional<TransplantResult> transplant;
+    std::optional<LocalizeResult> localize;
+    std::optional<AuditResult> audit;
+    std::map<std::string, std::string> caches;  // construction -> saved cache file (--keep-caches)
+
+    bool divergent() const { return matched && !matched->suffixEqual; }
+    std::vector<std::string> protocols() const;  // the ledger names of the parts present, "trace" included
+};
+
+// The ledger's form: {protocol name: object}. Equal values give equal JSON, and equal JSON equal bytes.
+nlohmann::json toJson(const ItemResults& results);
+// One protocol's stored object into `results`; FormatError naming `where`, the protocol and the field
+// for an unknown protocol, a missing field or a value of the wrong type.
+void readProtocolResult(ItemResults& results, const std::string& protocol, const nlohmann::json& data,
+                        const std::string& where);
+ItemResults itemResultsFromJson(const nlohmann::json& all, const std::string& where);
+bool sameResults(const ItemResults& a, const ItemResults& b);  // field for field (by their JSON form)
+
+}  // namespace kvscope::experiments
