@@ -32,6 +32,9 @@ void linear(Isa isa, const float* x, int64_t rows, int64_t in, const float* w, f
             int64_t o1);
 void linear(Isa isa, const float* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0,
             int64_t o1);
+// Whether `linear` over this many rows packs its weights into fp32 panels itself (the AVX2 path's
+// outer-product form, invariant_impl.h), so that widening bf16 weights beforehand only costs time.
+bool widensWeightsItself(Isa isa, int64_t rows);
 
 // Causal attention over a KV cache, for the (query row, head) pairs [begin, end) of
 // [S rows x Q heads], pair index = row * Q + head.

@@ -9,10 +9,29 @@
 namespace kvscope::kernels {
 namespace {
 
+// Eight outputs side by side, for panelLinear.
+struct Avx2Wide {
+    static constexpr int kWidth = 8;
+    __m256 v;
+
+    static Avx2Wide zero() { return {_mm256_setzero_ps()}; }
+    static Avx2Wide broadcast(float value) { return {_mm256_set1_ps(value)}; }
+    static Avx2Wide load(const float* p) { return {_mm256_loadu_ps(p)}; }
+    static Avx2Wide fma(const Avx2Wide& a, const Avx2Wide& b, const Avx2Wide& acc) {
+        return {_mm256_fmadd_ps(a.v, b.v, acc.v)};
+    }
+    static Avx2Wide add(const Avx2Wide& a, const Avx2Wide& b) { return {_mm256_add_ps(a.v, b.v)}; }
+    void store(float* p) const { _mm256_storeu_ps(p, v); }
+};
+
 struct Avx2Vec {
     // 16 registers: a 2 x 3 tile holds 12 accumulator halves (a 3 x 2 one measured slower); a
     // decode row against 4 weight rows, 8 + 2 x + 2 w halves.
     static constexpr int kRows = 2, kCols = 3, kDecodeCols = 4;
+    // Many rows: 6 rows x 16 outputs of one lane in 12 registers, plus 2 weight vectors and a
+    // broadcast (panelLinear). From 24 rows the packed panel pays for itself.
+    using Wide = Avx2Wide;
+    static constexpr int kPanelRows = 6, kPanelFromRows = 24;
     __m256 lo, hi;
 
     static Avx2Vec zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }

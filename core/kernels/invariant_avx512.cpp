@@ -12,6 +12,8 @@ struct Avx512Vec {
     // 32 registers: a 4 x 4 tile holds 16 accumulators + 4 x rows + the weight rows being loaded. A
     // decode row takes 4 weight rows at a time (2 and 8 measured the same: memory bound).
     static constexpr int kRows = 4, kCols = 4, kDecodeCols = 4;
+    // No panel path: it could not be run on an AVX-512 CPU yet (the AVX2 one is measured and tested).
+    static constexpr int kPanelFromRows = 0;
     __m512 v;
 
     static Avx512Vec zero() { return {_mm512_setzero_ps()}; }

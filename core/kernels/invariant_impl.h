@@ -4,7 +4,9 @@
 // file supplies (invariant_scalar.cpp, invariant_avx2.cpp, invariant_avx512.cpp). V provides:
 //   V::zero(), V::load(const float*), V::load(const uint16_t* bf16), V::broadcast(float),
 //   V::fma(a, b, acc) = a*b + acc rounded once, v.sum() = the fixed lane tree, v.store(float*),
-//   V::kRows x V::kCols: the tile of (rows x outputs) accumulators that fits its registers.
+//   V::kRows x V::kCols: the tile of (rows x outputs) accumulators that fits its registers,
+//   V::kPanelFromRows: from how many rows linear runs as panelLinear (0: never), with V::Wide (an
+//   output vector: zero, broadcast, load, fma, add, store) and V::kPanelRows rows per tile.
 // Included only by those files, each compiled for its instruction set. Everything here has internal
 // linkage (the anonymous namespace) and calls no inline function of the standard library: an inline
 // function instantiated in the AVX-512 file is a weak symbol the linker may pick for the whole
@@ -12,6 +14,7 @@
 #include "core/kernels/invariant.h"
 
 #include <math.h>    // expf: a libm call, not an inline wrapper
+#include <stdlib.h>  // malloc, free
 #include <string.h>  // memcpy
 
 namespace kvscope::kernels::impl {
@@ -99,9 +102,99 @@ void linearTiles(const float* x, int64_t rows, int64_t in, const Element* w, flo
     }
 }
 
+inline float widened(float value) { return value; }
+inline float widened(uint16_t bf16) {  // bf16 is the top half of an fp32: exact
+    const uint32_t bits = static_cast<uint32_t>(bf16) << 16;
+    float value;
+    memcpy(&value, &bits, sizeof value);
+    return value;
+}
+
+// The same order for many rows, computed as an outer product. Lane j of output (r, o) is the chain
+// of FMAs over inputs j, j+16, j+32, ... (zero-padded) from 0; here the chains of one lane advance
+// together for a tile of R rows x 2W outputs (W: an output vector type, W::kWidth outputs side by
+// side), one weight load per W outputs and one broadcast per row feeding 2R FMAs, where dotTile
+// needs one 16-lane accumulator per output and loads of both operands for every FMA pair. Each
+// chain sees the same FMAs in the same order, and the 16 lanes are then summed by the same tree,
+// so the bits are dotTile's (the kernel tests hold this path to the scalar reference).
+//   panel: the 2W weight rows of a tile, widened to fp32 and laid out [lane j][step t][output c]
+//          = w[o + c][16 t + j], zero-padded, so that one lane streams contiguously from L2
+//   part:  [lane j][row][output], the chains' ends, summed by the tree
+// The reduction goes in chunks of kChunk steps, all 16 lanes per chunk, so the rows' inputs that a
+// chunk reads (R x kChunk cache lines) stay in L1 while every lane passes over them.
+template <typename V, typename Element>
+void panelLinear(const float* x, int64_t rows, int64_t in, const Element* w, float* y, int64_t yStride, int64_t o0,
+                 int64_t o1) {
+    using W = typename V::Wide;
+    constexpr int R = V::kPanelRows, P = 2 * W::kWidth;
+    constexpr int64_t kChunk = 32;
+    const int64_t T = (in + kLanes - 1) / kLanes;  // steps per lane
+    float* panel = static_cast<float*>(malloc(static_cast<size_t>(kLanes * T * P) * sizeof(float)));
+    if (!panel) return linearTiles<V, V::kRows, V::kCols>(x, rows, in, w, y, yStride, o0, o1);  // same bits
+    for (int64_t o = o0; o < o1; o += P) {
+        for (int c = 0; c < P; ++c) {
+            const Element* row = o + c < o1 ? w + (o + c) * in : nullptr;
+            for (int64_t j = 0; j < kLanes; ++j)
+                for (int64_t t = 0; t < T; ++t) {
+                    const int64_t i = t * kLanes + j;
+                    panel[(j * T + t) * P + c] = row && i < in ? widened(row[i]) : 0.0f;
+                }
+        }
+        for (int64_t r = 0; r < rows; r += R) {
+            const float* xs[R];
+            for (int k = 0; k < R; ++k) xs[k] = x + smaller(r + k, rows - 1) * in;
+            float part[kLanes][R][P];
+            for (int64_t t0 = 0; t0 < T; t0 += kChunk) {
+                const int64_t t1 = smaller(T, t0 + kChunk);
+                for (int64_t j = 0; j < kLanes; ++j) {
+                    W acc[R][2];
+#pragma GCC unroll 8
+                    for (int k = 0; k < R; ++k)
+#pragma GCC unroll 2
+                        for (int h = 0; h < 2; ++h)
+                            acc[k][h] = t0 == 0 ? W::zero() : W::load(&part[j][k][h * W::kWidth]);
+                    // A lane past the input's end would add padding, 0 * 0: that leaves any sum
+                    // as it was (a chain that starts at +0 is never -0), so it is not done.
+                    const int64_t end = t1 == T && (T - 1) * kLanes + j >= in ? T - 1 : t1;
+                    for (int64_t t = t0; t < end; ++t) {
+                        const float* wp = panel + (j * T + t) * P;
+                        const W w0 = W::load(wp), w1 = W::load(wp + W::kWidth);
+#pragma GCC unroll 8
+                        for (int k = 0; k < R; ++k) {
+                            const W b = W::broadcast(xs[k][t * kLanes + j]);
+                            acc[k][0] = W::fma(b, w0, acc[k][0]);
+                            acc[k][1] = W::fma(b, w1, acc[k][1]);
+                        }
+                    }
+#pragma GCC unroll 8
+                    for (int k = 0; k < R; ++k)
+#pragma GCC unroll 2
+                        for (int h = 0; h < 2; ++h) acc[k][h].store(&part[j][k][h * W::kWidth]);
+                }
+            }
+            for (int k = 0; k < R && r + k < rows; ++k)
+                for (int h = 0; h < 2; ++h) {  // the tree: +8, +4, +2, +1, one output vector at a time
+                    W s[8];
+                    for (int j = 0; j < 8; ++j)
+                        s[j] = W::add(W::load(&part[j][k][h * W::kWidth]), W::load(&part[j + 8][k][h * W::kWidth]));
+                    for (int j = 0; j < 4; ++j) s[j] = W::add(s[j], s[j + 4]);
+                    for (int j = 0; j < 2; ++j) s[j] = W::add(s[j], s[j + 2]);
+                    float sums[W::kWidth];
+                    W::add(s[0], s[1]).store(sums);
+                    for (int c = 0; c < W::kWidth && o + h * W::kWidth + c < o1; ++c)
+                        y[(r + k) * yStride + o + h * W::kWidth + c] = sums[c];
+                }
+        }
+    }
+    free(panel);
+}
+
 template <typename V, typename Element>
 void linear(const float* x, int64_t rows, int64_t in, const Element* w, float* y, int64_t yStride, int64_t o0,
             int64_t o1) {
+    if constexpr (V::kPanelFromRows > 0) {
+        if (rows >= V::kPanelFromRows) return panelLinear<V>(x, rows, in, w, y, yStride, o0, o1);
+    }
     if (rows >= V::kRows)
         linearTiles<V, V::kRows, V::kCols>(x, rows, in, w, y, yStride, o0, o1);
     else
@@ -199,4 +292,5 @@ float sumOfSquares(const float* x, int64_t n) {
     float sumOfSquares(const float* x, int64_t n) { return impl::sumOfSquares<V>(x, n); }                           \
     void triad(float* a, const float* b, const float* c, float s, int64_t n) { impl::triad<V>(a, b, c, s, n); }     \
     float readAll(const float* x, int64_t n) { return impl::readAll<V>(x, n); }                                     \
+    int64_t panelFromRows() { return V::kPanelFromRows; }                                                           \
     }

@@ -36,8 +36,9 @@ std::vector<torch::Tensor> linears(const torch::Tensor& x, const std::vector<Pro
     // bits) instead of in every tile, as long as a tile's weight rows still fit L1 in fp32 (wider
     // inputs stay bf16: measured slower widened). The copy costs ~6 bytes per weight, a few percent
     // of a prefill's time; a decode step's single row reads bf16 directly, at half the bytes.
+    // A path that packs panels of its own widens them there.
     constexpr int64_t kWidenFromRows = 32, kWidenUpToInputs = 2048;
-    const bool widen = S >= kWidenFromRows && in <= kWidenUpToInputs;
+    const bool widen = S >= kWidenFromRows && in <= kWidenUpToInputs && !widensWeightsItself(isa, S);
     // Threads take whole blocks of 64 output features, so a feature's sum never crosses threads;
     // the blocks of every projection form one range, split in one parallel region.
     constexpr int64_t kBlock = 64;

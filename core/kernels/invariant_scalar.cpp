@@ -11,6 +11,7 @@ namespace {
 
 struct ScalarVec {
     static constexpr int kRows = 1, kCols = 1, kDecodeCols = 1;
+    static constexpr int kPanelFromRows = 0;  // the reference is dotTile's order as written
     float lane[impl::kLanes];
 
     static ScalarVec zero() { return broadcast(0.0f); }

@@ -41,8 +41,11 @@ TEST(InvariantKernels, VectorPathsEqualTheScalarReference) {
     torch::manual_seed(1);
     for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
         for (const int64_t in : kInputSizes) {
-            for (const int64_t rows : {1, 2, 3, 5, 9}) {
-                const torch::Tensor x = randomTensor({rows, in}, dtype), w = randomTensor({13, in}, dtype);
+            // From 24 rows the AVX2 path computes the order as an outer product over panels of 16
+            // outputs (invariant_impl.h's panelLinear): 37 outputs end in a ragged panel.
+            for (const int64_t rows : {1, 2, 3, 5, 9, 24, 31, 64}) {
+                const int64_t outputs = rows < 24 ? 13 : 37;
+                const torch::Tensor x = randomTensor({rows, in}, dtype), w = randomTensor({outputs, in}, dtype);
                 const torch::Tensor reference = kernels::linear(x, w, {}, torch::kFloat32, Isa::Scalar);
                 for (const Isa isa : vectorPaths())
                     EXPECT_TRUE(sameBits(kernels::linear(x, w, {}, torch::kFloat32, isa), reference))
