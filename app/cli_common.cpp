@@ -223,5 +223,4 @@ void printCacheDiff(const CacheDiff& d) {
     std::printf("diff computed in %.3f s\n", d.seconds);
 }
 
-
 }  // namespace kvscope::cli

@@ -305,7 +305,8 @@ void ModelWorker::compareSides(quint64 job, const SideSpec& a, const SideSpec& b
             if (!spec.kernels.isEmpty()) r.kernels = parseKernels(spec.kernels.toStdString());
             return r;
         };
-        const experiments::ModelLookup models = [this](const std::string& dtype, Kernels kernels) -> const Transformer& {
+        const experiments::ModelLookup models = [this](const std::string& dtype,
+                                                       Kernels kernels) -> const Transformer& {
             return state_->models->get(dtype, kernels);
         };
         const experiments::SideComparison c = experiments::compareSides(

@@ -405,8 +405,8 @@ TEST(RunCli, CompareRebuildsAnItemTwoWaysAsTheLedgerRecordedIt) {
         EXPECT_EQ(j["diff"]["bit_exact"], item.fingerprints.at("live_cache") == item.fingerprints.at("prefill_cache"));
 
         const std::string prompt = std::to_string(item.trajectories.at("prompt").size());
-        const auto bridge = runCli("compare " + shellQuote(db) + " --item " + item.itemId +
-                                   " --b incremental:" + prompt + " --json");
+        const auto bridge =
+            runCli("compare " + shellQuote(db) + " --item " + item.itemId + " --b incremental:" + prompt + " --json");
         ASSERT_EQ(bridge.exitCode, 0) << bridge.err;
         const auto k = nlohmann::json::parse(bridge.out);
         EXPECT_EQ(k["b"]["construction"], "incremental:" + prompt);
