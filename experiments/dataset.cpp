@@ -78,10 +78,18 @@ std::optional<std::string> lastNumber(const std::string& text) {
 
 }  // namespace
 
-std::optional<std::string> extractAnswer(const std::string& text, const std::string& method,
-                                         const std::string& pattern) {
-    if (method == "last_number") return lastNumber(text);
-    if (method == "boxed") {
+std::string choiceName(AnswerExtraction method) {
+    switch (method) {
+    case AnswerExtraction::LastNumber: return "last_number";
+    case AnswerExtraction::Regex: return "regex";
+    case AnswerExtraction::Boxed: return "boxed";
+    }
+    return "?";
+}
+
+std::optional<std::string> extractAnswer(const std::string& text, AnswerExtraction method, const std::string& pattern) {
+    if (method == AnswerExtraction::LastNumber) return lastNumber(text);
+    if (method == AnswerExtraction::Boxed) {
         const auto at = text.rfind("\\boxed{");
         if (at == std::string::npos) return std::nullopt;
         int depth = 1;

@@ -22,9 +22,11 @@ struct DatasetItem {
 // Throws FormatError naming the file, line and field. Ids must be unique.
 std::vector<DatasetItem> loadDataset(const std::string& path);
 
-// Answer extraction: "last_number" (last integer or decimal in the text), "boxed" (content of the
-// last \boxed{...}, braces balanced), "regex" (first capture group of the last match, or the match).
-std::optional<std::string> extractAnswer(const std::string& text, const std::string& method,
+// Answer extraction: LastNumber (last integer or decimal in the text), Boxed (content of the last
+// \boxed{...}, braces balanced), Regex (first capture group of the last match, or the match).
+enum class AnswerExtraction { LastNumber, Regex, Boxed };
+std::string choiceName(AnswerExtraction method);  // "last_number" | "regex" | "boxed", as files spell it
+std::optional<std::string> extractAnswer(const std::string& text, AnswerExtraction method,
                                          const std::string& regex = "");
 // Numbers compare numerically ("47" == "47.0"), everything else as trimmed strings.
 bool answersMatch(const std::string& extracted, const std::string& gold);

@@ -22,6 +22,19 @@
 namespace kvscope::experiments {
 namespace fs = std::filesystem;
 
+std::string choiceName(BoundaryRule rule) {
+    switch (rule) {
+    case BoundaryRule::Marker: return "marker";
+    case BoundaryRule::Offset: return "offset";
+    case BoundaryRule::Fraction: return "fraction";
+    }
+    return "?";
+}
+
+std::string choiceName(TransplantSelection selection) {
+    return selection == TransplantSelection::All ? "all" : "sample";
+}
+
 const std::vector<std::string>& allProtocols() {
     static const std::vector<std::string> names = {"matched", "fixed_prefix_2x2", "bridge",
                                                    "audit",   "transplant",       "localize"};
@@ -82,6 +95,18 @@ void requireOneOf(const std::string& file, const std::string& key, const std::st
     std::string list;
     for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
     throw ConfigError(file + ": key '" + key + "' is '" + value + "' (expected one of " + list + ")");
+}
+
+// The choice `value` names, of `all`; ConfigError as requireOneOf's otherwise.
+template <typename Choice>
+Choice readChoice(const std::string& file, const std::string& key, const std::string& value,
+                  std::initializer_list<Choice> all) {
+    std::set<std::string> names;
+    for (const Choice c : all) names.insert(choiceName(c));
+    requireOneOf(file, key, value, names);
+    for (const Choice c : all)
+        if (choiceName(c) == value) return c;
+    return *all.begin();  // not reached: requireOneOf threw
 }
 
 // An absolute path for `key`'s value, relative to the experiment file's folder. A name the file
@@ -200,26 +225,31 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
     if (!(c.sampling.topP > 0 && c.sampling.topP <= 1)) gen.fail("top_p", "must be in (0, 1]");
 
     Table boundary(root["boundary"].as_table(), "boundary.", path);
-    boundary.read("rule", c.boundaryRule);
+    std::string rule = choiceName(c.boundaryRule);
+    boundary.read("rule", rule);
     boundary.read("marker", c.boundaryMarker);
     boundary.read("offset", c.boundaryOffset);
     boundary.read("fraction", c.boundaryFraction);
     boundary.rejectUnknown();
-    requireOneOf(path, "boundary.rule", c.boundaryRule, {"marker", "offset", "fraction"});
-    if (c.boundaryRule == "offset" && c.boundaryOffset < 1)
+    c.boundaryRule =
+        readChoice(path, "boundary.rule", rule, {BoundaryRule::Marker, BoundaryRule::Offset, BoundaryRule::Fraction});
+    if (c.boundaryRule == BoundaryRule::Offset && c.boundaryOffset < 1)
         boundary.fail("offset", "must be a positive number of generated tokens");
-    if (c.boundaryRule == "marker" && c.boundaryMarker.empty()) boundary.fail("marker", "must not be empty");
-    if (c.boundaryRule == "fraction" && (c.boundaryFraction <= 0 || c.boundaryFraction >= 1))
+    if (c.boundaryRule == BoundaryRule::Marker && c.boundaryMarker.empty())
+        boundary.fail("marker", "must not be empty");
+    if (c.boundaryRule == BoundaryRule::Fraction && (c.boundaryFraction <= 0 || c.boundaryFraction >= 1))
         boundary.fail("fraction", "must be strictly between 0 and 1");
 
     Table answer(root["answer"].as_table(), "answer.", path);
-    answer.read("extract", c.answerExtract);
+    std::string extract = choiceName(c.answerExtract);
+    answer.read("extract", extract);
     answer.read("regex", c.answerRegex);
     answer.rejectUnknown();
-    requireOneOf(path, "answer.extract", c.answerExtract, {"last_number", "regex", "boxed"});
-    if (c.answerExtract == "regex" && c.answerRegex.empty())
+    c.answerExtract = readChoice(path, "answer.extract", extract,
+                                 {AnswerExtraction::LastNumber, AnswerExtraction::Regex, AnswerExtraction::Boxed});
+    if (c.answerExtract == AnswerExtraction::Regex && c.answerRegex.empty())
         answer.fail("regex", "is required when extract = \"regex\"");
-    if (c.answerExtract == "regex") {  // found now, not after a model has generated every item
+    if (c.answerExtract == AnswerExtraction::Regex) {  // found now, not after a model has generated every item
         try {
             const Regex compiled(c.answerRegex, false, RegexRole::Answer);
         } catch (const FormatError& e) {
@@ -240,14 +270,16 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
     Table transplant(root["transplant"].as_table(), "transplant.", path);
     transplant.read("layers", c.transplantLayers);
     transplant.read("kv", c.transplantKv);
-    transplant.read("selection", c.transplantSelection);
+    std::string selection = choiceName(c.transplantSelection);
+    transplant.read("selection", selection);
     transplant.read("sample_fraction", c.transplantSampleFraction);
     int64_t tseed = 0;
     transplant.read("seed", tseed);
     c.transplantSeed = static_cast<std::uint64_t>(tseed);
     transplant.rejectUnknown();
     requireOneOf(path, "transplant.kv", c.transplantKv, {"k", "v", "kv"});
-    requireOneOf(path, "transplant.selection", c.transplantSelection, {"all", "sample"});
+    c.transplantSelection =
+        readChoice(path, "transplant.selection", selection, {TransplantSelection::All, TransplantSelection::Sample});
     return c;
 }
 
@@ -343,16 +375,16 @@ nlohmann::json ExperimentConfig::toJson() const {
               {"top_p", sampling.topP},
               {"seed", sampling.seed}}},
             {"boundary",
-             {{"rule", boundaryRule},
+             {{"rule", choiceName(boundaryRule)},
               {"marker", boundaryMarker},
               {"offset", boundaryOffset},
               {"fraction", boundaryFraction}}},
-            {"answer", {{"extract", answerExtract}, {"regex", answerRegex}}},
+            {"answer", {{"extract", choiceName(answerExtract)}, {"regex", answerRegex}}},
             {"protocols", std::vector<std::string>(protocols.begin(), protocols.end())},
             {"transplant",
              {{"layers", transplantLayers},
               {"kv", transplantKv},
-              {"selection", transplantSelection},
+              {"selection", choiceName(transplantSelection)},
               {"sample_fraction", transplantSampleFraction},
               {"seed", transplantSeed}}}};
 }

@@ -14,6 +14,8 @@
 //   [answer]     extract = "last_number" | "regex" | "boxed", regex
 //   [protocols]  run = ["matched", "fixed_prefix_2x2", "bridge", "audit", "transplant", "localize"]
 //   [transplant] layers = "all", kv = "kv", selection = "all" | "sample", sample_fraction, seed
+#include "experiments/dataset.h"
+
 #include "core/decode/sampler.h"
 #include "core/model/numerics.h"
 
@@ -24,6 +26,12 @@
 #include <vector>
 
 namespace kvscope::experiments {
+
+// The closed choices of an experiment file, with their spelling there and in manifests.
+enum class BoundaryRule { Marker, Offset, Fraction };
+enum class TransplantSelection { All, Sample };  // Sample: an outcome-blind seeded fraction of items
+std::string choiceName(BoundaryRule rule);                // "marker" | "offset" | "fraction"
+std::string choiceName(TransplantSelection selection);    // "all" | "sample"
 
 struct ExperimentConfig {
     std::string name;
@@ -41,16 +49,16 @@ struct ExperimentConfig {
     std::vector<std::string> stopStrings;
     bool ignoreEos = false;
     SamplingParams sampling;
-    std::string boundaryRule = "marker";
+    BoundaryRule boundaryRule = BoundaryRule::Marker;
     std::string boundaryMarker = "\nAnswer:";
     int64_t boundaryOffset = 16;
     double boundaryFraction = 0.5;
-    std::string answerExtract = "last_number";
+    AnswerExtraction answerExtract = AnswerExtraction::LastNumber;
     std::string answerRegex;
     std::set<std::string> protocols;
     std::string transplantLayers = "all";
     std::string transplantKv = "kv";
-    std::string transplantSelection = "all";
+    TransplantSelection transplantSelection = TransplantSelection::All;
     double transplantSampleFraction = 1.0;
     std::uint64_t transplantSeed = 0;
 

@@ -52,9 +52,9 @@ int64_t boundaryIndex(const ItemContext& ctx, const std::vector<int64_t>& trace)
     const ExperimentConfig& c = ctx.config;
     const auto n = static_cast<int64_t>(trace.size());
     int64_t b = 0;
-    if (c.boundaryRule == "offset")
+    if (c.boundaryRule == BoundaryRule::Offset)
         b = c.boundaryOffset <= n ? c.boundaryOffset : 0;
-    else if (c.boundaryRule == "fraction")
+    else if (c.boundaryRule == BoundaryRule::Fraction)
         b = static_cast<int64_t>(c.boundaryFraction * static_cast<double>(n));
     else
         for (int64_t k = 1; k <= n && b == 0; ++k)  // the shortest prefix whose text contains the marker
@@ -89,7 +89,7 @@ std::optional<int64_t> divergenceAt(int64_t div) { return div < 0 ? std::nullopt
 
 // Is item `id` in the outcome-blind transplant sample? Depends only on (seed, id).
 bool selectedForTransplant(const ExperimentConfig& c, const std::string& id) {
-    if (c.transplantSelection == "all") return true;
+    if (c.transplantSelection == TransplantSelection::All) return true;
     const std::string key = std::to_string(c.transplantSeed) + "|" + id;
     const std::string h = sha256Hex(key.data(), key.size());
     return static_cast<double>(std::stoull(h.substr(0, 12), nullptr, 16)) / static_cast<double>(1ull << 48) <

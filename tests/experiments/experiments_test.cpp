@@ -48,7 +48,30 @@ TEST(ExperimentConfig, DefaultsAndResolvedPaths) {
     EXPECT_EQ(c.dtypes, std::vector<std::string>{"bf16"});
     EXPECT_EQ(c.protocols.size(), allProtocols().size());
     EXPECT_TRUE(c.sampling.greedy());
-    EXPECT_EQ(c.boundaryRule, "marker");
+    EXPECT_EQ(c.boundaryRule, BoundaryRule::Marker);
+}
+
+// Each closed choice is an enum in the config and keeps its file spelling in the manifest (run ids
+// and resume compare manifests, so the spelling must not change with the type).
+TEST(ExperimentConfig, ChoicesAreEnumsSpelledInTheManifestAsInTheFile) {
+    test::TempDir dir;
+    const ExperimentConfig c =
+        ExperimentConfig::load(writeToml(dir,
+                                         "[boundary]\nrule = \"fraction\"\n[answer]\nextract = \"boxed\"\n"
+                                         "[transplant]\nselection = \"sample\"\nsample_fraction = 0.5\n"));
+    EXPECT_EQ(c.boundaryRule, BoundaryRule::Fraction);
+    EXPECT_EQ(c.answerExtract, AnswerExtraction::Boxed);
+    EXPECT_EQ(c.transplantSelection, TransplantSelection::Sample);
+    const nlohmann::json j = c.toJson();
+    EXPECT_EQ(j["boundary"]["rule"], "fraction");
+    EXPECT_EQ(j["answer"]["extract"], "boxed");
+    EXPECT_EQ(j["transplant"]["selection"], "sample");
+    const nlohmann::json defaults = ExperimentConfig::load(writeToml(dir, "")).toJson();
+    EXPECT_EQ(defaults["boundary"]["rule"], "marker");
+    EXPECT_EQ(defaults["answer"]["extract"], "last_number");
+    EXPECT_EQ(defaults["transplant"]["selection"], "all");
+    expectError<ConfigError>([&] { ExperimentConfig::load(writeToml(dir, "[answer]\nextract = \"first\"\n")); },
+                             "key 'answer.extract' is 'first' (expected one of boxed, last_number, regex)");
 }
 
 TEST(ExperimentConfig, UnknownKeysAndBadValuesAreErrors) {
@@ -106,25 +129,30 @@ TEST(Dataset, ReadsPromptsMessagesAndPrefixIds) {
 }
 
 TEST(Answers, ExtractionAndMatching) {
-    EXPECT_EQ(extractAnswer("Step 1: 12+3=15. Answer: 47", "last_number"), "47");
-    EXPECT_EQ(extractAnswer("no digits", "last_number"), std::nullopt);
-    EXPECT_EQ(extractAnswer("x -5 y", "last_number"), "-5");
-    EXPECT_EQ(extractAnswer("--5", "last_number"), "-5");
-    EXPECT_EQ(extractAnswer("1.2.3", "last_number"), "3");
-    EXPECT_EQ(extractAnswer("is 3.", "last_number"), "3");
-    EXPECT_EQ(extractAnswer("a 2.50 b", "last_number"), "2.50");
+    EXPECT_EQ(extractAnswer("Step 1: 12+3=15. Answer: 47", AnswerExtraction::LastNumber), "47");
+    EXPECT_EQ(extractAnswer("no digits", AnswerExtraction::LastNumber), std::nullopt);
+    EXPECT_EQ(extractAnswer("x -5 y", AnswerExtraction::LastNumber), "-5");
+    EXPECT_EQ(extractAnswer("--5", AnswerExtraction::LastNumber), "-5");
+    EXPECT_EQ(extractAnswer("1.2.3", AnswerExtraction::LastNumber), "3");
+    EXPECT_EQ(extractAnswer("is 3.", AnswerExtraction::LastNumber), "3");
+    EXPECT_EQ(extractAnswer("a 2.50 b", AnswerExtraction::LastNumber), "2.50");
     // A 200,000-digit run overflowed std::regex's recursive matcher (fuzz_dataset_jsonl).
-    EXPECT_EQ(extractAnswer("n=" + std::string(200000, '7') + " end", "last_number")->size(), 200000u);
-    EXPECT_EQ(extractAnswer("so \\boxed{\\frac{1}{2}} done", "boxed"), "\\frac{1}{2}");
-    EXPECT_EQ(extractAnswer("Answer: 3\nAnswer: 9", "regex", "Answer: (\\d+)"), "9");
-    EXPECT_EQ(extractAnswer("Answer: 3\nAnswer: 9", "regex", "Answer: \\d+"), "Answer: 9");  // no group: whole match
-    EXPECT_EQ(extractAnswer("x=4 x=", "regex", "x=(\\d)?"), "");  // the group took no part in the last match
-    EXPECT_EQ(extractAnswer("none here", "regex", "Answer: (\\d+)"), std::nullopt);
+    EXPECT_EQ(extractAnswer("n=" + std::string(200000, '7') + " end", AnswerExtraction::LastNumber)->size(), 200000u);
+    EXPECT_EQ(extractAnswer("so \\boxed{\\frac{1}{2}} done", AnswerExtraction::Boxed), "\\frac{1}{2}");
+    EXPECT_EQ(extractAnswer("Answer: 3\nAnswer: 9", AnswerExtraction::Regex, "Answer: (\\d+)"), "9");
+    EXPECT_EQ(extractAnswer("Answer: 3\nAnswer: 9", AnswerExtraction::Regex, "Answer: \\d+"),
+              "Answer: 9");  // no group: whole match
+    EXPECT_EQ(extractAnswer("x=4 x=", AnswerExtraction::Regex, "x=(\\d)?"),
+              "");  // the group took no part in the last match
+    EXPECT_EQ(extractAnswer("none here", AnswerExtraction::Regex, "Answer: (\\d+)"), std::nullopt);
     // Answer patterns ran on std::regex, whose recursive matcher overflows the stack on long repeats.
-    EXPECT_EQ(extractAnswer("Answer: " + std::string(200000, '7'), "regex", "Answer: *([0-9]+)")->size(), 200000u);
+    EXPECT_EQ(
+        extractAnswer("Answer: " + std::string(200000, '7'), AnswerExtraction::Regex, "Answer: *([0-9]+)")->size(),
+        200000u);
     // Model output can end mid-character (a byte-level token): still searched, not refused.
-    EXPECT_EQ(extractAnswer("Answer: 12 \xE4\xB8", "regex", "Answer: *([0-9]+)"), "12");
-    EXPECT_EQ(extractAnswer("\xC3\xA9t\xC3\xA9 = 5", "regex", "\\p{L}+"), "\xC3\xA9t\xC3\xA9");  // Unicode classes
+    EXPECT_EQ(extractAnswer("Answer: 12 \xE4\xB8", AnswerExtraction::Regex, "Answer: *([0-9]+)"), "12");
+    EXPECT_EQ(extractAnswer("\xC3\xA9t\xC3\xA9 = 5", AnswerExtraction::Regex, "\\p{L}+"),
+              "\xC3\xA9t\xC3\xA9");  // Unicode classes
     EXPECT_TRUE(answersMatch("47.0", "47"));
     EXPECT_TRUE(answersMatch(" x ", "x"));
     EXPECT_FALSE(answersMatch("46", "47"));
