@@ -41,10 +41,14 @@ done
 # clang-format pinned in .venv (made for torch-pip), and the fuzz harnesses.
 if [ $# -eq 0 ]; then
   # AddressSanitizer + UndefinedBehaviorSanitizer (the asan preset, Debug) over the suites without Qt,
-  # within CI's time budget (measured on 2 cores: build 433 s, these suites 563 s); the GUI suites run
-  # in dev and torch-pip. `scripts/test.sh asan` runs every suite under ASan.
+  # within CI's time budget; the GUI suites run in dev and torch-pip. The malformed-input table (76
+  # cases, each starting the instrumented executable: 471 s of the stage's 1,775 test-seconds on an
+  # AVX2-only Zen 3, where the cold run reached the format check after 65 min) runs in dev and
+  # torch-pip only; the parsers it feeds are fuzzed under ASan + UBSan below. `scripts/test.sh asan`
+  # runs every suite under ASan.
   stage "building asan" "$root/scripts/setup.sh" asan
-  stage "testing asan (core, experiments, cli)" ctest --preset asan -j "$(nproc)" -L "core|experiments|cli"
+  stage "testing asan (core, experiments, cli but the malformed-input table)" \
+    ctest --preset asan -j "$(nproc)" -L "core|experiments|cli" -E "^Table/MalformedInput\."
   stage "the format check" "$root/scripts/format.sh" check
   stage "the clang-tidy check" "$root/scripts/tidy.sh"
   stage "fuzzing (corpora, regressions, 50,000 seeded mutations per harness)" "$root/scripts/fuzz.sh" check 50000
