@@ -188,24 +188,24 @@ void addSideOptions(CLI::App* cmd, const std::string& name, SideOptions& side, c
         ->check(CLI::IsMember({"torch", "invariant"}));
 }
 
-nlohmann::json sideJson(const ComparedSide& side, const SideRecipe& recipe, const ExperimentConfig& config) {
+// The dtype and kernels as the cache records them (compareSides applied the run's defaults).
+nlohmann::json sideJson(const ComparedSide& side) {
     return {{"label", side.label},
             {"construction", side.cache.construction()},
-            {"dtype", recipe.dtype.empty() ? config.dtypes.front() : recipe.dtype},
-            {"kernels", kernelsName(recipe.kernels.value_or(config.kernels))},
+            {"dtype", dtypeName(side.cache.dtype())},
+            {"kernels", kernelsName(side.cache.kernels())},
             {"fingerprint", fingerprintCache(side.cache).overall},
             {"continuation", side.continuation.ids}};
 }
 
 nlohmann::json comparisonJson(const std::string& runId, const std::string& itemId, const BoundaryState& boundary,
-                              const SideComparison& c, const SideRecipe& a, const SideRecipe& b,
-                              const ExperimentConfig& config) {
+                              const SideComparison& c) {
     return {{"run", runId},
             {"item", itemId},
             {"boundary", boundary.boundary},
             {"prefix_length", boundary.prefix.size()},
-            {"a", sideJson(c.a, a, config)},
-            {"b", sideJson(c.b, b, config)},
+            {"a", sideJson(c.a)},
+            {"b", sideJson(c.b)},
             {"first_divergence", c.firstDivergence < 0 ? nlohmann::json(nullptr) : nlohmann::json(c.firstDivergence)},
             {"diff", c.diff ? cacheDiffJson(*c.diff, false) : nlohmann::json(nullptr)}};
 }
@@ -263,7 +263,7 @@ void addCompare(CLI::App& app) {
             ctx, [&](const std::string& d, Kernels k) -> const Transformer& { return models.get(d, k); }, boundary, a,
             b, [] { return !stopRequested().load(); });
         if (o->json)
-            std::cout << comparisonJson(run.runId, item.itemId, boundary, c, a, b, config).dump() << "\n";
+            std::cout << comparisonJson(run.runId, item.itemId, boundary, c).dump() << "\n";
         else
             printComparison(run.runId, item.itemId, boundary, c);
     });

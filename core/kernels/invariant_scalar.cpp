@@ -25,12 +25,9 @@ struct ScalarVec {
         std::memcpy(v.lane, p, sizeof v.lane);
         return v;
     }
-    static ScalarVec load(const uint16_t* bf16) {  // bf16 is the top half of an fp32: exact
+    static ScalarVec load(const uint16_t* bf16) {
         ScalarVec v;
-        for (int j = 0; j < impl::kLanes; ++j) {
-            const uint32_t bits = static_cast<uint32_t>(bf16[j]) << 16;
-            std::memcpy(&v.lane[j], &bits, sizeof bits);
-        }
+        for (int j = 0; j < impl::kLanes; ++j) v.lane[j] = impl::widened(bf16[j]);
         return v;
     }
     static ScalarVec fma(const ScalarVec& a, const ScalarVec& b, const ScalarVec& acc) {
