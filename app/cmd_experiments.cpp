@@ -7,9 +7,7 @@
 #include "core/cache/fingerprint.h"
 #include "core/util/atomic_file.h"
 
-#include "experiments/dataset.h"
 #include "experiments/ledger.h"
-#include "experiments/manifest.h"
 #include "experiments/protocols.h"
 #include "experiments/report.h"
 #include "experiments/runner.h"
@@ -135,33 +133,23 @@ void addAudit(CLI::App& app) {
     cmd->callback([o] {
         applyThreads(o->threads);
         const Ledger ledger(o->ledger, LedgerAccess::ReadOnly);
-        const RunInfo run = ledger.run(chooseRun(ledger, o->run));
-        ExperimentConfig config = configOfRun(run, o->model, o->dataset);
-        const std::string change = describeManifestChange(run.manifest, buildManifest(config));
-        if (!change.empty()) throw UsageError("cannot audit run " + run.runId + ": " + change + " since the run");
-        config.protocols.erase("audit");
-        ModelPool models(config.modelDir, config.device, config.numerics());
-        const Tokenizer tokenizer = Tokenizer::fromModelDir(config.modelDir);
-        ItemContext ctx{config, tokenizer, [&](const std::string& d) -> const Transformer& { return models.get(d); },
-                        ""};
-        const auto dataset = loadDataset(config.datasetPath);
-        const AuditDepth depth = o->full ? AuditDepth::Full : AuditDepth::Auto;
-        std::cout << "audit: "
-                  << (auditsAtPrefillSpeed(config, depth)
-                          ? "invariant kernels: each trajectory checked by one forward, boundary caches by one "
-                            "prefill (protocol results not recomputed; --full replays them)"
-                          : "every protocol replayed token by token")
-                  << "\n";
-        int64_t checked = 0, reproduced = 0;
-        for (const ItemRecord& stored : ledger.items(run.runId)) {
-            if (o->limit >= 0 && checked >= o->limit) break;
-            const auto mismatches = auditItem(ctx, dataset.at(static_cast<std::size_t>(stored.index)), stored, depth);
-            ++checked;
-            if (mismatches.empty()) ++reproduced;
-            for (const auto& m : mismatches) std::cout << "item " << stored.itemId << ": " << m << "\n";
-        }
-        std::cout << "audit: " << reproduced << "/" << checked << " items reproduced\n";
-        if (reproduced != checked) throw ExitStatus(3);
+        AuditOptions options;
+        options.modelDir = o->model, options.datasetPath = o->dataset, options.limit = o->limit;
+        options.depth = o->full ? AuditDepth::Full : AuditDepth::Auto;
+        const auto printMode = [](const AuditSummary& s) {
+            std::cout << "audit: "
+                      << (s.atPrefillSpeed ? "invariant kernels: each trajectory checked by one forward, boundary "
+                                             "caches by one prefill (protocol results not recomputed; --full "
+                                             "replays them)"
+                                           : "every protocol replayed token by token")
+                      << "\n";
+        };
+        const auto printMismatches = [](const ItemAudit& item) {
+            for (const auto& m : item.mismatches) std::cout << "item " << item.itemId << ": " << m << "\n";
+        };
+        const AuditSummary s = auditRun(ledger, chooseRun(ledger, o->run), options, printMode, printMismatches);
+        std::cout << "audit: " << s.reproduced << "/" << s.checked << " items reproduced\n";
+        if (s.reproduced != s.checked) throw ExitStatus(3);
     });
 }
 

@@ -149,4 +149,35 @@ ExperimentConfig configOfRun(const RunInfo& run, const std::string& modelDir, co
     return config;
 }
 
+AuditSummary auditRun(const Ledger& ledger, const std::string& runId, const AuditOptions& options,
+                      const std::function<void(const AuditSummary&)>& onStart,
+                      const std::function<void(const ItemAudit&)>& onItem) {
+    const RunInfo run = ledger.run(runId);
+    ExperimentConfig config = configOfRun(run, options.modelDir, options.datasetPath);
+    const std::string change = describeManifestChange(run.manifest, buildManifest(config));
+    if (!change.empty()) throw UsageError("cannot audit run " + run.runId + ": " + change + " since the run");
+    config.protocols.erase("audit");
+    ModelPool models(config.modelDir, config.device, config.numerics());
+    const Tokenizer tokenizer = Tokenizer::fromModelDir(config.modelDir);
+    const ItemContext ctx{config, tokenizer, [&](const std::string& d) -> const Transformer& { return models.get(d); },
+                          ""};
+    const auto dataset = loadDataset(config.datasetPath);
+    AuditSummary summary;
+    summary.atPrefillSpeed = auditsAtPrefillSpeed(config, options.depth);
+    onStart(summary);
+    for (const ItemRecord& stored : ledger.items(run.runId)) {
+        if (options.limit >= 0 && summary.checked >= options.limit) break;
+        if (stored.index < 0 || static_cast<std::size_t>(stored.index) >= dataset.size())
+            throw Error(ledger.path() + ": run " + run.runId + ", item '" + stored.itemId + "': dataset index " +
+                        std::to_string(stored.index) + " is not in " + config.datasetPath + " (" +
+                        std::to_string(dataset.size()) + " items)");
+        ItemAudit verdict{stored.itemId,
+                          auditItem(ctx, dataset[static_cast<std::size_t>(stored.index)], stored, options.depth)};
+        ++summary.checked;
+        if (verdict.mismatches.empty()) ++summary.reproduced;
+        onItem(verdict);
+    }
+    return summary;
+}
+
 }  // namespace kvscope::experiments

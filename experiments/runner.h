@@ -6,6 +6,7 @@
 #include "experiments/experiment_config.h"
 #include "experiments/item_result.h"
 #include "experiments/ledger.h"
+#include "experiments/protocols.h"
 
 #include "core/model/transformer.h"
 
@@ -51,6 +52,30 @@ std::pair<int, int> parseShard(const std::string& text);
 RunSummary runExperiment(const ExperimentConfig& config, const RunOptions& options,
                          const std::function<void(const RunProgress&)>& onProgress,
                          const std::atomic<bool>& stopRequested);
+
+struct AuditOptions {
+    std::string modelDir, datasetPath;  // where the run's model and dataset are now, if they moved
+    int64_t limit = -1;                 // at most this many items, -1: all
+    AuditDepth depth = AuditDepth::Auto;
+};
+
+// One audited item: a line per mismatch with the ledger (empty: reproduced bit for bit).
+struct ItemAudit {
+    std::string itemId;
+    std::vector<std::string> mismatches;
+};
+
+struct AuditSummary {
+    bool atPrefillSpeed = false;  // see AuditDepth
+    int64_t checked = 0, reproduced = 0;
+};
+
+// Replays run `runId` of `ledger` item by item (kvscope audit, and the crash-safety test in
+// process). Refuses, naming what changed, a run whose experiment file, model or dataset differ from
+// what its manifest recorded. `onStart` hears how it will replay, `onItem` each item's verdict.
+AuditSummary auditRun(const Ledger& ledger, const std::string& runId, const AuditOptions& options,
+                      const std::function<void(const AuditSummary&)>& onStart,
+                      const std::function<void(const ItemAudit&)>& onItem);
 
 // A ledger run's experiment as it was run, from the paths its manifest records; a non-empty
 // `modelDir` or `datasetPath` says where those inputs are now.
