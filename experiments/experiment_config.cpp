@@ -35,6 +35,8 @@ std::string choiceName(TransplantSelection selection) {
     return selection == TransplantSelection::All ? "all" : "sample";
 }
 
+std::string choiceName(ChatTemplate chatTemplate) { return chatTemplateName(chatTemplate); }
+
 const std::vector<std::string>& allProtocols() {
     static const std::vector<std::string> names = {"matched", "fixed_prefix_2x2", "bridge",
                                                    "audit",   "transplant",       "localize"};
@@ -202,11 +204,13 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
 
     Table data(root["dataset"].as_table(), "dataset.", path);
     data.read("path", c.datasetPath);
-    data.read("chat_template", c.chatTemplate);
+    std::string chatTemplate = choiceName(c.chatTemplate);
+    data.read("chat_template", chatTemplate);
     data.rejectUnknown();
     if (c.datasetPath.empty()) data.fail("path", "is required");
     c.datasetPath = resolve(base, c.datasetPath, path, "dataset.path");
-    requireOneOf(path, "dataset.chat_template", c.chatTemplate, {"plain", "chatml", "llama3"});
+    c.chatTemplate = readChoice(path, "dataset.chat_template", chatTemplate,
+                                {ChatTemplate::Plain, ChatTemplate::ChatML, ChatTemplate::Llama3});
 
     Table gen(root["generation"].as_table(), "generation.", path);
     gen.read("max_new_tokens", c.maxNewTokens);
@@ -365,7 +369,7 @@ nlohmann::json ExperimentConfig::toJson() const {
               {"device", device},
               {"kernels", kernelsName(kernels)},
               {"generate", generateModel ? generateSpec : nlohmann::json(nullptr)}}},
-            {"dataset", {{"path", datasetPath}, {"chat_template", chatTemplate}}},
+            {"dataset", {{"path", datasetPath}, {"chat_template", choiceName(chatTemplate)}}},
             {"generation",
              {{"max_new_tokens", maxNewTokens},
               {"stop", stopStrings},

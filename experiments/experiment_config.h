@@ -18,6 +18,7 @@
 
 #include "core/decode/sampler.h"
 #include "core/model/numerics.h"
+#include "core/text/chat_template.h"
 
 #include <nlohmann/json.hpp>
 
@@ -32,6 +33,7 @@ enum class BoundaryRule { Marker, Offset, Fraction };
 enum class TransplantSelection { All, Sample };  // Sample: an outcome-blind seeded fraction of items
 std::string choiceName(BoundaryRule rule);                // "marker" | "offset" | "fraction"
 std::string choiceName(TransplantSelection selection);    // "all" | "sample"
+std::string choiceName(ChatTemplate chatTemplate);        // "plain" | "chatml" | "llama3", as core spells them
 
 struct ExperimentConfig {
     std::string name;
@@ -44,7 +46,7 @@ struct ExperimentConfig {
     bool generateModel = false;          // [model.generate] present
     nlohmann::json generateSpec;         // its keys, for the manifest
     std::string datasetPath;
-    std::string chatTemplate = "plain";
+    ChatTemplate chatTemplate = ChatTemplate::Plain;
     int64_t maxNewTokens = 64;
     std::vector<std::string> stopStrings;
     bool ignoreEos = false;

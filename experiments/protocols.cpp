@@ -208,7 +208,7 @@ LocalizeResult runLocalize(const ItemContext& ctx, const Prefix& p, const KvCach
 
 std::vector<int64_t> promptIdsFor(const ItemContext& ctx, const DatasetItem& item) {
     if (!item.prefixIds.empty()) return item.prefixIds;
-    const ChatTemplate t = parseChatTemplate(ctx.config.chatTemplate);
+    const ChatTemplate t = ctx.config.chatTemplate;
     std::vector<ChatMessage> messages = item.messages;
     if (messages.empty()) messages.push_back({"user", item.prompt});
     if (t == ChatTemplate::Plain) return ctx.tokenizer.encode(applyChatTemplate(t, messages), true);
