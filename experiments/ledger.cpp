@@ -102,6 +102,18 @@ nlohmann::json parseStoredJson(const std::string& text, const std::string& where
 
 Ledger::Ledger(const std::string& path, LedgerAccess access) : path_(path) {
     openDatabase(access);
+    // Whatever refuses the file past this point (not a ledger, a newer schema, another writer holding
+    // the database beyond the busy timeout), the connection is closed before the error leaves.
+    try {
+        checkOrCreateSchema(access);
+    } catch (...) {
+        sqlite3_close(db_);
+        db_ = nullptr;
+        throw;
+    }
+}
+
+void Ledger::checkOrCreateSchema(LedgerAccess access) {
     std::string version;
     try {
         if (access == LedgerAccess::Write) {
@@ -110,10 +122,10 @@ Ledger::Ledger(const std::string& path, LedgerAccess access) : path_(path) {
         }
         version = storedSchemaVersion();
     } catch (const FormatError&) {
-        closeAndThrow(path + ": not a kvscope ledger (not a SQLite database, or unreadable)");
+        throw FormatError(path_ + ": not a kvscope ledger (not a SQLite database, or unreadable)");
     }
     if (version.empty() && access == LedgerAccess::ReadOnly)
-        closeAndThrow(path + ": not a kvscope ledger (an SQLite database without kvscope's meta.schema_version)");
+        throw FormatError(path_ + ": not a kvscope ledger (an SQLite database without kvscope's meta.schema_version)");
     if (version.empty()) {
         Statement(db_, "INSERT INTO meta(key, value) VALUES('schema_version', ?)", path_)
             .bind(1, std::to_string(kSchemaVersion))
@@ -121,8 +133,8 @@ Ledger::Ledger(const std::string& path, LedgerAccess access) : path_(path) {
         return;
     }
     if (version != std::to_string(kSchemaVersion))
-        closeAndThrow(path + ": ledger schema version " + version + " is not supported by this kvscope (expects " +
-                      std::to_string(kSchemaVersion) + ")");
+        throw FormatError(path_ + ": ledger schema version " + version + " is not supported by this kvscope (expects " +
+                          std::to_string(kSchemaVersion) + ")");
 }
 
 void Ledger::openDatabase(LedgerAccess access) {
@@ -130,7 +142,9 @@ void Ledger::openDatabase(LedgerAccess access) {
     fault::installSqliteHook();
     if (sqlite3_open_v2(path_.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
         const std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
-        closeAndThrow(path_ + ": cannot open ledger (" + msg + ")");
+        sqlite3_close(db_);  // a failed open still allocates a handle (NULL only when out of memory)
+        db_ = nullptr;
+        throw FormatError(path_ + ": cannot open ledger (" + msg + ")");
     }
     sqlite3_busy_timeout(db_, 10000);
 }
@@ -143,12 +157,6 @@ std::string Ledger::storedSchemaVersion() const {
     }
     Statement get(db_, "SELECT value FROM meta WHERE key='schema_version'", path_);
     return get.step() ? get.text(0) : std::string();
-}
-
-void Ledger::closeAndThrow(const std::string& message) {
-    sqlite3_close(db_);
-    db_ = nullptr;
-    throw FormatError(message);
 }
 
 Ledger::~Ledger() {

@@ -85,8 +85,8 @@ public:
 private:
     void exec(const std::string& sql) const;
     void openDatabase(LedgerAccess access);
+    void checkOrCreateSchema(LedgerAccess access);
     std::string storedSchemaVersion() const;  // empty when the meta table or its row is missing
-    [[noreturn]] void closeAndThrow(const std::string& message);
     std::string path_;
     sqlite3* db_ = nullptr;
 };

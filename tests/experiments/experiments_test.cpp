@@ -262,6 +262,22 @@ TEST(Ledger, ReadOnlyAccessNeverWritesAndRefusesWhatIsNotALedger) {
     EXPECT_EQ(Ledger(dir.file("real.db"), LedgerAccess::ReadOnly).runs().size(), 1u);
 }
 
+// The schema exists but its version row does not, and another connection holds the write lock past
+// the busy timeout (10 s): the ledger's own first write fails. That refusal once left the connection
+// open (LeakSanitizer caught it in a test that polls a ledger while a run writes it).
+TEST(Ledger, AWriterBlockedPastTheBusyTimeoutIsRefusedNamingTheLedger) {
+    test::TempDir dir;
+    const std::string path = dir.file("l.db");
+    { Ledger l(path); }
+    sqlite3* other = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &other), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(other, "DELETE FROM meta; BEGIN IMMEDIATE;", nullptr, nullptr, nullptr), SQLITE_OK);
+    expectError<FormatError>([&] { Ledger l(path); }, "l.db: SQLite error database is locked");
+    sqlite3_exec(other, "ROLLBACK;", nullptr, nullptr, nullptr);
+    sqlite3_close(other);
+    EXPECT_NO_THROW(Ledger l(path));
+}
+
 TEST(Ledger, OneWriterAtATime) {
     test::TempDir dir;
     const std::string db = dir.file("l.db");
