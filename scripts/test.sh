@@ -40,12 +40,12 @@ done
 # The gates that need the whole default run (the README's and CI's): the C++ layout, checked with the
 # clang-format pinned in .venv (made for torch-pip), and the fuzz harnesses.
 if [ $# -eq 0 ]; then
-  # AddressSanitizer + UndefinedBehaviorSanitizer (the asan preset, Debug) over the suites without Qt,
-  # within CI's time budget; the GUI suites run in dev and torch-pip. The malformed-input table (76
-  # cases, each starting the instrumented executable: 471 s of the stage's 1,775 test-seconds on an
-  # AVX2-only Zen 3, where the cold run reached the format check after 65 min) runs in dev and
-  # torch-pip only; the parsers it feeds are fuzzed under ASan + UBSan below. `scripts/test.sh asan`
-  # runs every suite under ASan.
+  # AddressSanitizer + UndefinedBehaviorSanitizer (the asan preset: -O1 with assertions; without Qt,
+  # so neither the GUI nor its suites are built: those run in dev and torch-pip) over the other
+  # suites. The malformed-input table (76 cases, each starting the instrumented executable: 471 s of
+  # the stage's 1,775 test-seconds at -O0 on an AVX2-only Zen 3) runs in dev and torch-pip only; the
+  # parsers it feeds are fuzzed under ASan + UBSan below. `scripts/test.sh asan` runs every suite the
+  # asan preset builds.
   stage "building asan" "$root/scripts/setup.sh" asan
   stage "testing asan (core, experiments, cli but the malformed-input table)" \
     ctest --preset asan -j "$(nproc)" -L "core|experiments|cli" -E "^Table/MalformedInput\."
