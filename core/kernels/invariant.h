@@ -4,27 +4,36 @@
 // order that depends only on the reduction length, never on how many rows, queries or threads share
 // the call. So a prefill of N tokens, N decode steps, and any chunking in between give the same bits.
 //
-// The order, for a reduction of length n (a dot product over the input features, or over a head's
-// features for attention scores): 16 fp32 lanes, lane j accumulating the products of elements
+// The 16-lane order, for a reduction of length n (a dot product over the input features, or over a
+// head's features for attention scores): 16 fp32 lanes, lane j accumulating the products of elements
 // j, j+16, j+32, ... with fused multiply-adds, the input zero-padded to a multiple of 16; then the
 // lanes summed as a fixed tree, l[j]+l[j+8], then +4, +2, +1. Softmax statistics and the weighted sum
 // of values are reduced over keys 0, 1, 2, ... in order. Work is split between threads only along
 // outputs (features, rows, query heads), never along a reduction.
 //
-// The same order is implemented three times, from one template (invariant_impl.h): a scalar reference
-// (std::fma on a 16-float array), AVX2+FMA (two 8-lane registers) and AVX-512F (one 16-lane
-// register). Tests hold them equal bit for bit. No AVX-512 BF16 dot-product instruction is used:
-// VDPBF16PS rounds its pairwise sums in another order (and flushes denormals), which would make bits
-// depend on the CPU; bf16 weights are widened to fp32 instead, exactly.
+// The pair order, for a linear whose inputs and weights are both bf16 (the bf16 model's): the order
+// of AVX-512 BF16's dot-product instruction VDPBF16PS. The input is zero-padded to a multiple of 32;
+// in each chunk of 32, lane j adds the product of elements 2j+1, then of 2j, each with one rounding
+// (bf16 products are exact in fp32, so an FMA); then the same tree. Denormals are flushed to zero,
+// inputs and every rounded result, as that instruction does (DAZ, FTZ). Equivalently: the 16-lane
+// order over the input permuted chunk by chunk (the 16 odd elements, then the 16 even ones), with
+// the MXCSR's flush bits set, which is how the paths without the instruction compute it. Measured
+// on an AMD EPYC (Zen 4): VDPBF16PS equals two such FMAs on 32 million random lanes, denormals
+// included; the dispatcher checks it again on every CPU before using it (invariant_dispatch.cpp).
+//
+// Each order is implemented by every path, from one template (invariant_impl.h): a scalar reference
+// (std::fma on a 16-float array), AVX2+FMA (two 8-lane registers), AVX-512F (one 16-lane register)
+// and AVX-512 BF16 (AVX-512F, with VDPBF16PS for the pair order). Tests hold them equal bit for bit,
+// so a CPU changes the speed, never the bits.
 //
 // Raw pointers, no libtorch: invariant_ops.h adapts tensors and threads.
 #include <cstdint>
 
 namespace kvscope::kernels {
 
-enum class Isa { Scalar, Avx2, Avx512 };
+enum class Isa { Scalar, Avx2, Avx512, Avx512Bf16 };
 Isa bestIsa();                 // the widest path this CPU and this build can run
-const char* isaName(Isa isa);  // "scalar", "avx2", "avx512"
+const char* isaName(Isa isa);  // "scalar", "avx2", "avx512", "avx512bf16"
 
 // y[r * yStride + o] = dot(x[r], w[o]) for rows [0, rows) and outputs [o0, o1). x: [rows, in] fp32;
 // w: [out, in] fp32, or bf16 as raw uint16 bits.
@@ -32,6 +41,9 @@ void linear(Isa isa, const float* x, int64_t rows, int64_t in, const float* w, f
             int64_t o1);
 void linear(Isa isa, const float* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0,
             int64_t o1);
+// The same with bf16 inputs and weights, both raw uint16 bits: the pair order.
+void linear(Isa isa, const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride,
+            int64_t o0, int64_t o1);
 // Whether `linear` over this many rows packs its weights into fp32 panels itself (the AVX2 path's
 // outer-product form, invariant_impl.h), so that widening bf16 weights beforehand only costs time.
 bool widensWeightsItself(Isa isa, int64_t rows);

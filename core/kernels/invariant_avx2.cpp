@@ -27,11 +27,13 @@ struct Avx2Wide {
 struct Avx2Vec {
     // 16 registers: a 2 x 3 tile holds 12 accumulator halves (a 3 x 2 one measured slower); a
     // decode row against 4 weight rows, 8 + 2 x + 2 w halves.
-    static constexpr int kRows = 2, kCols = 3, kDecodeCols = 4;
+    static constexpr int kRows = 2, kCols = 3, kDecodeCols = 4, kDecodePairCols = 2;
     // Many rows: 6 rows x 16 outputs of one lane in 12 registers, plus 2 weight vectors and a
     // broadcast (panelLinear). From 24 rows the packed panel pays for itself.
     using Wide = Avx2Wide;
     static constexpr int kPanelRows = 6, kPanelFromRows = 24;
+    using Pairs = impl::EmulatedPairs<Avx2Vec>;
+    static constexpr bool kNativePairs = false;
     __m256 lo, hi;
 
     static Avx2Vec zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
@@ -42,6 +44,17 @@ struct Avx2Vec {
         return _mm256_castsi256_ps(_mm256_slli_epi32(halves, 16));
     }
     static Avx2Vec load(const uint16_t* bf16) { return {widen(bf16), widen(bf16 + 8)}; }
+    // 32 bf16 elements as 16 pairs, each 32 bits (element 2j low, 2j+1 high): the high half of each
+    // is already an fp32, the low half shifted up is.
+    static __m256i pairWords(const uint16_t* bf16) {
+        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bf16));
+    }
+    static __m256 oddOf(__m256i pairs) {
+        return _mm256_castsi256_ps(_mm256_and_si256(pairs, _mm256_set1_epi32(-65536)));
+    }
+    static __m256 evenOf(__m256i pairs) { return _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16)); }
+    static Avx2Vec loadOdd(const uint16_t* bf16) { return {oddOf(pairWords(bf16)), oddOf(pairWords(bf16 + 16))}; }
+    static Avx2Vec loadEven(const uint16_t* bf16) { return {evenOf(pairWords(bf16)), evenOf(pairWords(bf16 + 16))}; }
     static Avx2Vec fma(const Avx2Vec& a, const Avx2Vec& b, const Avx2Vec& acc) {
         return {_mm256_fmadd_ps(a.lo, b.lo, acc.lo), _mm256_fmadd_ps(a.hi, b.hi, acc.hi)};
     }

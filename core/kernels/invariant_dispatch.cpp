@@ -9,40 +9,68 @@
 
 namespace kvscope::kernels {
 
-#define KVSCOPE_DECLARE_PATH(ns)                                                                     \
-    namespace ns {                                                                                   \
-    void linear(const float*, int64_t, int64_t, const float*, float*, int64_t, int64_t, int64_t);    \
-    void linear(const float*, int64_t, int64_t, const uint16_t*, float*, int64_t, int64_t, int64_t); \
-    void attention(const AttentionArgs<float>&, int64_t, int64_t, float*);                           \
-    void attention(const AttentionArgs<uint16_t>&, int64_t, int64_t, float*);                        \
-    float sumOfSquares(const float*, int64_t);                                                       \
-    void triad(float*, const float*, const float*, float, int64_t);                                  \
-    float readAll(const float*, int64_t);                                                            \
-    int64_t panelFromRows();                                                                         \
+#define KVSCOPE_DECLARE_PATH(ns)                                                                        \
+    namespace ns {                                                                                      \
+    void linear(const float*, int64_t, int64_t, const float*, float*, int64_t, int64_t, int64_t);       \
+    void linear(const float*, int64_t, int64_t, const uint16_t*, float*, int64_t, int64_t, int64_t);    \
+    void linear(const uint16_t*, int64_t, int64_t, const uint16_t*, float*, int64_t, int64_t, int64_t); \
+    void attention(const AttentionArgs<float>&, int64_t, int64_t, float*);                              \
+    void attention(const AttentionArgs<uint16_t>&, int64_t, int64_t, float*);                           \
+    float sumOfSquares(const float*, int64_t);                                                          \
+    void triad(float*, const float*, const float*, float, int64_t);                                     \
+    float readAll(const float*, int64_t);                                                               \
+    int64_t panelFromRows();                                                                            \
     }
 KVSCOPE_DECLARE_PATH(scalar)
 #ifdef KVSCOPE_KERNELS_X86
 KVSCOPE_DECLARE_PATH(avx2)
 KVSCOPE_DECLARE_PATH(avx512)
+KVSCOPE_DECLARE_PATH(avx512bf16)
 #endif
 #undef KVSCOPE_DECLARE_PATH
 
 namespace {
 
+#ifdef KVSCOPE_KERNELS_X86
+// Whether this CPU's VDPBF16PS computes the pair order (invariant.h) as the AVX-512F path emulates
+// it, on a fixed probe: 4 outputs of 80 elements (two chunks and a padded one), magnitudes from
+// denormal to 2^13, both signs. Intel defines the instruction so and an AMD Zen 4 computes it so;
+// a CPU that did not would still get the pair order's bits, from the emulation.
+bool nativePairsAgree() {
+    constexpr int64_t kIn = 80, kOut = 4;
+    uint16_t x[kIn], w[kOut * kIn];
+    uint32_t state = 12345;
+    auto next = [&state]() -> uint16_t {
+        state = state * 1664525u + 1013904223u;
+        const uint32_t bits = state >> 8;
+        return static_cast<uint16_t>((bits & 0x8000u) | ((bits % 141u) << 7) | (bits >> 24 & 0x7Fu));
+    };
+    for (uint16_t& v : x) v = next();
+    for (uint16_t& v : w) v = next();
+    float emulated[kOut], native[kOut];
+    avx512::linear(x, 1, kIn, w, emulated, kOut, 0, kOut);
+    avx512bf16::linear(x, 1, kIn, w, native, kOut, 0, kOut);
+    return std::memcmp(emulated, native, sizeof native) == 0;
+}
+#endif
+
 Isa widestOnThisCpu() {
 #ifdef KVSCOPE_KERNELS_X86
+    static const bool nativePairs =
+        __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16") && nativePairsAgree();
+    if (nativePairs) return Isa::Avx512Bf16;
     if (__builtin_cpu_supports("avx512f")) return Isa::Avx512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
 #endif
     return Isa::Scalar;
 }
 
-// KVSCOPE_KERNEL_PATH=avx2|scalar narrows the choice, to measure a narrower path on a wider CPU
+// KVSCOPE_KERNEL_PATH=avx512|avx2|scalar narrows the choice, to measure a narrower path on a wider CPU
 // (`kvscope bench`); the bits are the same on every path, so this changes speed only.
 Isa narrowedByEnvironment(Isa widest) {
     const char* asked = std::getenv("KVSCOPE_KERNEL_PATH");
     if (!asked || !*asked) return widest;
-    for (const Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+    for (const Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16})
         if (std::strcmp(asked, isaName(isa)) == 0 && static_cast<int>(isa) <= static_cast<int>(widest)) return isa;
     return widest;
 }
@@ -59,6 +87,7 @@ const char* isaName(Isa isa) {
     case Isa::Scalar: return "scalar";
     case Isa::Avx2: return "avx2";
     case Isa::Avx512: return "avx512";
+    case Isa::Avx512Bf16: return "avx512bf16";
     }
     return "?";
 }
@@ -74,8 +103,13 @@ auto onPath(Isa isa, Call call) {
 }  // namespace
 
 #ifdef KVSCOPE_KERNELS_X86
-#define KVSCOPE_ON_PATH(isa, expr) \
-    onPath(isa, [&](Isa i) { return i == Isa::Avx512 ? avx512::expr : i == Isa::Avx2 ? avx2::expr : scalar::expr; })
+#define KVSCOPE_ON_PATH(isa, expr)                     \
+    onPath(isa, [&](Isa i) {                           \
+        return i == Isa::Avx512Bf16 ? avx512bf16::expr \
+               : i == Isa::Avx512   ? avx512::expr     \
+               : i == Isa::Avx2     ? avx2::expr       \
+                                    : scalar::expr;        \
+    })
 #else
 #define KVSCOPE_ON_PATH(isa, expr) onPath(isa, [&](Isa) { return scalar::expr; })
 #endif
@@ -93,6 +127,10 @@ void attention(Isa isa, const AttentionArgs<float>& a, int64_t begin, int64_t en
 }
 void attention(Isa isa, const AttentionArgs<uint16_t>& a, int64_t begin, int64_t end, float* scores) {
     KVSCOPE_ON_PATH(isa, attention(a, begin, end, scores));
+}
+void linear(Isa isa, const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride,
+            int64_t o0, int64_t o1) {
+    KVSCOPE_ON_PATH(isa, linear(x, rows, in, w, y, yStride, o0, o1));
 }
 float sumOfSquares(Isa isa, const float* x, int64_t n) { return KVSCOPE_ON_PATH(isa, sumOfSquares(x, n)); }
 void triad(Isa isa, float* a, const float* b, const float* c, float s, int64_t n) {

@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 // The batch-invariant kernels written once, over a 16-lane vector type V that each instruction-set
-// file supplies (invariant_scalar.cpp, invariant_avx2.cpp, invariant_avx512.cpp). V provides:
+// file supplies (invariant_scalar.cpp, invariant_avx2.cpp, invariant_avx512*.cpp). V provides:
 //   V::zero(), V::load(const float*), V::load(const uint16_t* bf16), V::broadcast(float),
 //   V::fma(a, b, acc) = a*b + acc rounded once, v.sum() = the fixed lane tree, v.store(float*),
 //   V::kRows x V::kCols: the tile of (rows x outputs) accumulators that fits its registers,
+//   V::kDecodeCols, V::kDecodePairCols: outputs per tile for a single row, in either order,
 //   V::kPanelFromRows: from how many rows linear runs as panelLinear (0: never), with V::Wide (an
-//   output vector: zero, broadcast, load, fma, add, store) and V::kPanelRows rows per tile.
+//   output vector: zero, broadcast, load, fma, add, store) and V::kPanelRows rows per tile,
+//   V::Pairs: the pair order's step (invariant.h) on 32 bf16 elements, Chunk load(const uint16_t*)
+//   and V dot(x, w, acc); EmulatedPairs<V> below (two FMAs, from V::loadOdd and V::loadEven) or
+//   the dot-product instruction, with V::kNativePairs saying which.
 // Included only by those files, each compiled for its instruction set. Everything here has internal
 // linkage (the anonymous namespace) and calls no inline function of the standard library: an inline
 // function instantiated in the AVX-512 file is a weak symbol the linker may pick for the whole
@@ -16,6 +20,9 @@
 #include <math.h>    // expf: a libm call, not an inline wrapper
 #include <stdlib.h>  // malloc, free
 #include <string.h>  // memcpy
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>  // _mm_getcsr, _mm_setcsr (always-inline builtins, no symbols)
+#endif
 
 namespace kvscope::kernels::impl {
 namespace {
@@ -32,12 +39,72 @@ V loadPadded(const Element* p, int64_t n) {
     return V::load(buffer);
 }
 
-// out[r * C + c] = dot(x[r], w[c]) over n elements, R x C dot products sharing each load. With
-// `prefetch`, the C * n elements from there are fetched towards the cache along the way, at the pace
-// the tile reads its own (a decode step's next weight rows: each row alone is too short a stream
-// for the hardware prefetcher to ramp up, which halved the bandwidth from memory).
-template <typename V, int R, int C, typename Element>
-void dotTile(const float* const* x, const Element* const* w, int64_t n, float* out, const Element* prefetch = nullptr) {
+// The pair order on a path without a bf16 dot-product instruction: the odd elements' products, then
+// the even ones', as two FMAs per lane (run under FlushDenormals, which makes them the instruction's).
+template <typename V>
+struct EmulatedPairs {
+    struct Chunk {
+        V odd, even;
+    };
+    static Chunk load(const uint16_t* p) { return {V::loadOdd(p), V::loadEven(p)}; }
+    static V dot(const Chunk& x, const Chunk& w, const V& acc) {
+        return V::fma(x.even, w.even, V::fma(x.odd, w.odd, acc));
+    }
+};
+
+// The pair order's denormal rule: flush-to-zero and denormals-are-zero for the MXCSR of the calling
+// thread while it lives (VDPBF16PS flushes whatever the MXCSR says; FMAs and the tree's adds do when
+// it says so). Elsewhere than x86 there is no vector path to agree with, and nothing is flushed.
+class FlushDenormals {
+public:
+#if defined(__x86_64__) || defined(__i386__)
+    FlushDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | kFlushToZero | kDenormalsAreZero); }
+    ~FlushDenormals() { _mm_setcsr(saved_); }
+
+private:
+    static constexpr unsigned kFlushToZero = 0x8000, kDenormalsAreZero = 0x0040;
+    unsigned saved_;
+#else
+    FlushDenormals() = default;
+#endif
+};
+
+// How dotTile walks a reduction. LaneSteps: the 16-lane order, 16 elements a step, one FMA per lane
+// (fp32 inputs, or bf16 weights widened exactly). PairSteps: the pair order, 32 bf16 elements a step.
+template <typename V>
+struct LaneSteps {
+    static constexpr int64_t kWidth = kLanes;
+    template <typename Element>
+    static V load(const Element* p) {
+        return V::load(p);
+    }
+    template <typename Element>
+    static V loadPadded(const Element* p, int64_t n) {
+        return impl::loadPadded<V>(p, n);
+    }
+    static V step(const V& x, const V& w, const V& acc) { return V::fma(x, w, acc); }
+};
+
+template <typename V>
+struct PairSteps {
+    static constexpr int64_t kWidth = 2 * kLanes;
+    using Chunk = typename V::Pairs::Chunk;
+    static Chunk load(const uint16_t* p) { return V::Pairs::load(p); }
+    static Chunk loadPadded(const uint16_t* p, int64_t n) {
+        uint16_t buffer[kWidth] = {};
+        memcpy(buffer, p, static_cast<size_t>(n) * sizeof(uint16_t));
+        return load(buffer);
+    }
+    static V step(const Chunk& x, const Chunk& w, const V& acc) { return V::Pairs::dot(x, w, acc); }
+};
+
+// out[r * C + c] = dot(x[r], w[c]) over n elements, R x C dot products sharing each load, in the
+// order of Steps. With `prefetch`, the C * n elements from there are fetched towards the cache along
+// the way, at the pace the tile reads its own (a decode step's next weight rows: each row alone is
+// too short a stream for the hardware prefetcher to ramp up, which halved the bandwidth from memory).
+template <typename V, int R, int C, typename Steps, typename XElement, typename WElement>
+void dotTile(const XElement* const* x, const WElement* const* w, int64_t n, float* out,
+             const WElement* prefetch = nullptr) {
     // The R x C accumulators must live in registers: every loop over them is unrolled (GCC keeps
     // an array indexed in a loop on the stack at -O2, a load and store around every FMA).
     V acc[R][C];
@@ -45,29 +112,30 @@ void dotTile(const float* const* x, const Element* const* w, int64_t n, float* o
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
         for (int c = 0; c < C; ++c) acc[r][c] = V::zero();
-    auto step = [&](const V* wv, auto loadX) {
+    using WChunk = decltype(Steps::load(w[0]));
+    auto step = [&](const WChunk* wv, auto loadX) {
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
-            const V xv = loadX(r);
+            const auto xv = loadX(r);
 #pragma GCC unroll 8
-            for (int c = 0; c < C; ++c) acc[r][c] = V::fma(xv, wv[c], acc[r][c]);
+            for (int c = 0; c < C; ++c) acc[r][c] = Steps::step(xv, wv[c], acc[r][c]);
         }
     };
-    constexpr int64_t kLine = 64 / sizeof(Element);  // elements per cache line
+    constexpr int64_t kStep = Steps::kWidth, kLine = 64 / sizeof(WElement);  // kLine: elements per cache line
     int64_t i = 0;
-    for (; i + kLanes <= n; i += kLanes) {
+    for (; i + kStep <= n; i += kStep) {
         if (prefetch)
-            for (int64_t e = 0; e < C * kLanes; e += kLine) __builtin_prefetch(prefetch + i * C + e, 0, 3);
-        V wv[C];
+            for (int64_t e = 0; e < C * kStep; e += kLine) __builtin_prefetch(prefetch + i * C + e, 0, 3);
+        WChunk wv[C];
 #pragma GCC unroll 8
-        for (int c = 0; c < C; ++c) wv[c] = V::load(w[c] + i);
-        step(wv, [&](int r) { return V::load(x[r] + i); });
+        for (int c = 0; c < C; ++c) wv[c] = Steps::load(w[c] + i);
+        step(wv, [&](int r) { return Steps::load(x[r] + i); });
     }
     if (i < n) {
-        V wv[C];
+        WChunk wv[C];
 #pragma GCC unroll 8
-        for (int c = 0; c < C; ++c) wv[c] = loadPadded<V>(w[c] + i, n - i);
-        step(wv, [&](int r) { return loadPadded<V>(x[r] + i, n - i); });
+        for (int c = 0; c < C; ++c) wv[c] = Steps::loadPadded(w[c] + i, n - i);
+        step(wv, [&](int r) { return Steps::loadPadded(x[r] + i, n - i); });
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
@@ -78,8 +146,8 @@ void dotTile(const float* const* x, const Element* const* w, int64_t n, float* o
 // Rows are taken in blocks that stay in L2 while every output tile of [o0, o1) passes over them, so
 // the weights are streamed rows/kRowBlock times. A tile past the last row or output repeats the last
 // one (and discards it): each element's order stays the same whatever tile it lands in.
-template <typename V, int R, int C, typename Element>
-void linearTiles(const float* x, int64_t rows, int64_t in, const Element* w, float* y, int64_t yStride, int64_t o0,
+template <typename V, int R, int C, typename Steps, typename XElement, typename Element>
+void linearTiles(const XElement* x, int64_t rows, int64_t in, const Element* w, float* y, int64_t yStride, int64_t o0,
                  int64_t o1) {
     constexpr int64_t kRowBlock = 64;
     for (int64_t rb = 0; rb < rows; rb += kRowBlock) {
@@ -91,10 +159,10 @@ void linearTiles(const float* x, int64_t rows, int64_t in, const Element* w, flo
             // streams them from memory once (more rows reuse them from the cache).
             const Element* next = rows == 1 && o + 2 * C <= o1 ? w + (o + C) * in : nullptr;
             for (int64_t r = rb; r < rowEnd; r += R) {
-                const float* xp[R];
+                const XElement* xp[R];
                 for (int k = 0; k < R; ++k) xp[k] = x + smaller(r + k, rowEnd - 1) * in;
                 float tile[R * C];
-                dotTile<V, R, C>(xp, wp, in, tile, next);
+                dotTile<V, R, C, Steps>(xp, wp, in, tile, next);
                 for (int k = 0; k < R && r + k < rowEnd; ++k)
                     for (int c = 0; c < C && o + c < o1; ++c) y[(r + k) * yStride + o + c] = tile[k * C + c];
             }
@@ -130,7 +198,8 @@ void panelLinear(const float* x, int64_t rows, int64_t in, const Element* w, flo
     constexpr int64_t kChunk = 32;
     const int64_t T = (in + kLanes - 1) / kLanes;  // steps per lane
     float* panel = static_cast<float*>(malloc(static_cast<size_t>(kLanes * T * P) * sizeof(float)));
-    if (!panel) return linearTiles<V, V::kRows, V::kCols>(x, rows, in, w, y, yStride, o0, o1);  // same bits
+    if (!panel)
+        return linearTiles<V, V::kRows, V::kCols, LaneSteps<V>>(x, rows, in, w, y, yStride, o0, o1);  // same bits
     for (int64_t o = o0; o < o1; o += P) {
         for (int c = 0; c < P; ++c) {
             const Element* row = o + c < o1 ? w + (o + c) * in : nullptr;
@@ -196,9 +265,65 @@ void linear(const float* x, int64_t rows, int64_t in, const Element* w, float* y
         if (rows >= V::kPanelFromRows) return panelLinear<V>(x, rows, in, w, y, yStride, o0, o1);
     }
     if (rows >= V::kRows)
-        linearTiles<V, V::kRows, V::kCols>(x, rows, in, w, y, yStride, o0, o1);
+        linearTiles<V, V::kRows, V::kCols, LaneSteps<V>>(x, rows, in, w, y, yStride, o0, o1);
     else
-        linearTiles<V, 1, V::kDecodeCols>(x, rows, in, w, y, yStride, o0, o1);  // a decode step's one row
+        linearTiles<V, 1, V::kDecodeCols, LaneSteps<V>>(x, rows, in, w, y, yStride, o0, o1);  // a decode step's one row
+}
+
+// The pair order's input, laid out for the 16-lane order (invariant.h): each row widened to fp32,
+// zero-padded to a multiple of 32 elements, each chunk of 32 as its 16 odd elements, then its 16
+// even ones. `out` holds rows x pairedLength(in) floats.
+inline int64_t pairedLength(int64_t in) { return (in + 2 * kLanes - 1) / (2 * kLanes) * (2 * kLanes); }
+inline void layOutPairs(const uint16_t* x, int64_t rows, int64_t in, float* out) {
+    const int64_t padded = pairedLength(in);
+    for (int64_t r = 0; r < rows; ++r) {
+        const uint16_t* row = x + r * in;
+        float* dst = out + r * padded;
+        for (int64_t chunk = 0; chunk < padded; chunk += 2 * kLanes, dst += 2 * kLanes) {
+            if (chunk + 2 * kLanes <= in) {
+                for (int64_t j = 0; j < kLanes; ++j) {
+                    dst[j] = widened(row[chunk + 2 * j + 1]);
+                    dst[kLanes + j] = widened(row[chunk + 2 * j]);
+                }
+                continue;
+            }
+            for (int64_t j = 0; j < kLanes; ++j) {  // the last chunk, zero-padded
+                const int64_t odd = chunk + 2 * j + 1, even = chunk + 2 * j;
+                dst[j] = odd < in ? widened(row[odd]) : 0.0f;
+                dst[kLanes + j] = even < in ? widened(row[even]) : 0.0f;
+            }
+        }
+    }
+}
+
+// The pair order. With the instruction, or for a few rows, as dotTiles over 32-element steps; many
+// rows without it, as the 16-lane order over laid-out copies (whose cost, a few bytes per weight,
+// the tiles' FMAs on widened weights earn back), in blocks of outputs that keep the copy small.
+template <typename V>
+void linearPairs(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0,
+                 int64_t o1) {
+    const FlushDenormals flushed;
+    constexpr int64_t kLaidOutFromRows = 32, kOutputBlock = 128;
+    if (V::kNativePairs || rows < kLaidOutFromRows) {
+        if (rows >= V::kRows)
+            return linearTiles<V, V::kRows, V::kCols, PairSteps<V>>(x, rows, in, w, y, yStride, o0, o1);
+        return linearTiles<V, 1, V::kDecodePairCols, PairSteps<V>>(x, rows, in, w, y, yStride, o0, o1);
+    }
+    const int64_t padded = pairedLength(in);
+    float* xs = static_cast<float*>(malloc(static_cast<size_t>(rows * padded) * sizeof(float)));
+    float* ws = static_cast<float*>(malloc(static_cast<size_t>(kOutputBlock * padded) * sizeof(float)));
+    if (xs && ws) {
+        layOutPairs(x, rows, in, xs);
+        for (int64_t o = o0; o < o1; o += kOutputBlock) {
+            const int64_t block = smaller(kOutputBlock, o1 - o);
+            layOutPairs(w + o * in, block, in, ws);
+            linear<V>(xs, rows, padded, ws, y + o, yStride, 0, block);
+        }
+    } else {  // out of memory: the same bits, slower
+        linearTiles<V, V::kRows, V::kCols, PairSteps<V>>(x, rows, in, w, y, yStride, o0, o1);
+    }
+    free(xs);
+    free(ws);
 }
 
 // One (query row, head) pair: scores over keys 0..p, softmax (max, then exp and sum in key order),
@@ -215,7 +340,7 @@ void attentionOne(const AttentionArgs<Element>& a, int64_t s, int64_t h, float* 
         const Element* kp[kKeys];
         for (int c = 0; c < kKeys; ++c) kp[c] = keys + smaller(t + c, n - 1) * D;
         float tile[kKeys];
-        dotTile<V, 1, kKeys>(&q, kp, D, tile);
+        dotTile<V, 1, kKeys, LaneSteps<V>>(&q, kp, D, tile);
         for (int c = 0; c < kKeys && t + c < n; ++c) scores[t + c] = tile[c] * a.scale;
     }
     float highest = scores[0];
@@ -264,7 +389,7 @@ float readAll(const float* x, int64_t n) {
 template <typename V>
 float sumOfSquares(const float* x, int64_t n) {
     float out = 0;
-    dotTile<V, 1, 1>(&x, &x, n, &out);
+    dotTile<V, 1, 1, LaneSteps<V>>(&x, &x, n, &out);
     return out;
 }
 
@@ -273,24 +398,28 @@ float sumOfSquares(const float* x, int64_t n) {
 
 // The entry points of one instruction-set path, namespace `ns`, on vector type `V` (declared again
 // in invariant_dispatch.cpp). Used once at the end of each invariant_*.cpp, in kvscope::kernels.
-#define KVSCOPE_DEFINE_KERNEL_PATH(ns, V)                                                                           \
-    namespace ns {                                                                                                  \
-    void linear(const float* x, int64_t rows, int64_t in, const float* w, float* y, int64_t yStride, int64_t o0,    \
-                int64_t o1) {                                                                                       \
-        impl::linear<V>(x, rows, in, w, y, yStride, o0, o1);                                                        \
-    }                                                                                                               \
-    void linear(const float* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0, \
-                int64_t o1) {                                                                                       \
-        impl::linear<V>(x, rows, in, w, y, yStride, o0, o1);                                                        \
-    }                                                                                                               \
-    void attention(const AttentionArgs<float>& a, int64_t begin, int64_t end, float* scores) {                      \
-        impl::attention<V>(a, begin, end, scores);                                                                  \
-    }                                                                                                               \
-    void attention(const AttentionArgs<uint16_t>& a, int64_t begin, int64_t end, float* scores) {                   \
-        impl::attention<V>(a, begin, end, scores);                                                                  \
-    }                                                                                                               \
-    float sumOfSquares(const float* x, int64_t n) { return impl::sumOfSquares<V>(x, n); }                           \
-    void triad(float* a, const float* b, const float* c, float s, int64_t n) { impl::triad<V>(a, b, c, s, n); }     \
-    float readAll(const float* x, int64_t n) { return impl::readAll<V>(x, n); }                                     \
-    int64_t panelFromRows() { return V::kPanelFromRows; }                                                           \
+#define KVSCOPE_DEFINE_KERNEL_PATH(ns, V)                                                                              \
+    namespace ns {                                                                                                     \
+    void linear(const float* x, int64_t rows, int64_t in, const float* w, float* y, int64_t yStride, int64_t o0,       \
+                int64_t o1) {                                                                                          \
+        impl::linear<V>(x, rows, in, w, y, yStride, o0, o1);                                                           \
+    }                                                                                                                  \
+    void linear(const float* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0,    \
+                int64_t o1) {                                                                                          \
+        impl::linear<V>(x, rows, in, w, y, yStride, o0, o1);                                                           \
+    }                                                                                                                  \
+    void linear(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0, \
+                int64_t o1) {                                                                                          \
+        impl::linearPairs<V>(x, rows, in, w, y, yStride, o0, o1);                                                      \
+    }                                                                                                                  \
+    void attention(const AttentionArgs<float>& a, int64_t begin, int64_t end, float* scores) {                         \
+        impl::attention<V>(a, begin, end, scores);                                                                     \
+    }                                                                                                                  \
+    void attention(const AttentionArgs<uint16_t>& a, int64_t begin, int64_t end, float* scores) {                      \
+        impl::attention<V>(a, begin, end, scores);                                                                     \
+    }                                                                                                                  \
+    float sumOfSquares(const float* x, int64_t n) { return impl::sumOfSquares<V>(x, n); }                              \
+    void triad(float* a, const float* b, const float* c, float s, int64_t n) { impl::triad<V>(a, b, c, s, n); }        \
+    float readAll(const float* x, int64_t n) { return impl::readAll<V>(x, n); }                                        \
+    int64_t panelFromRows() { return V::kPanelFromRows; }                                                              \
     }

@@ -31,26 +31,32 @@ std::vector<torch::Tensor> linears(const torch::Tensor& x, const std::vector<Pro
                                    torch::ScalarType outType, Isa isa) {
     requireCpuFloat(x, "a linear layer's input");
     const int64_t S = x.size(0), in = x.size(1);
-    const torch::Tensor xf = asFloat(x);                                                   // [S, in]
-    // Many rows reuse every weight many times: widen bf16 weights to fp32 once (exact, so the same
-    // bits) instead of in every tile, as long as a tile's weight rows still fit L1 in fp32 (wider
-    // inputs stay bf16: measured slower widened). The copy costs ~6 bytes per weight, a few percent
-    // of a prefill's time; a decode step's single row reads bf16 directly, at half the bytes.
-    // A path that packs panels of its own widens them there.
+    // bf16 inputs and bf16 weights (a bf16 model's every linear) take the pair order, the order of
+    // the CPU's bf16 dot product where it has one (invariant.h); anything else the 16-lane order.
+    bool pairs = x.scalar_type() == torch::kBFloat16;
+    for (const Projection& p : projections) {
+        requireCpuFloat(p.weight, "a weight");
+        pairs = pairs && p.weight.scalar_type() == torch::kBFloat16;
+    }
+    const torch::Tensor xs = pairs ? x.contiguous() : asFloat(x);                         // [S, in]
+    // 16-lane order, many rows: they reuse every weight many times, so bf16 weights are widened to
+    // fp32 once (exact, so the same bits) instead of in every tile, as long as a tile's weight rows
+    // still fit L1 in fp32 (wider inputs stay bf16: measured slower widened). The copy costs ~6
+    // bytes per weight, a few percent of a prefill's time. A path that packs panels of its own
+    // widens them there; the pair order lays its weights out itself (invariant_impl.h).
     constexpr int64_t kWidenFromRows = 32, kWidenUpToInputs = 2048;
-    const bool widen = S >= kWidenFromRows && in <= kWidenUpToInputs && !widensWeightsItself(isa, S);
+    const bool widen = !pairs && S >= kWidenFromRows && in <= kWidenUpToInputs && !widensWeightsItself(isa, S);
     // Threads take whole blocks of 64 output features, so a feature's sum never crosses threads;
     // the blocks of every projection form one range, split in one parallel region.
     constexpr int64_t kBlock = 64;
     std::vector<torch::Tensor> weights, outputs;
     std::vector<int64_t> firstBlock = {0};                                                 // per projection
     for (const Projection& p : projections) {
-        requireCpuFloat(p.weight, "a weight");
         weights.push_back(widen ? asFloat(p.weight) : p.weight.contiguous());               // [out, in]
         outputs.push_back(torch::empty({S, p.weight.size(0)}, torch::kFloat32));           // [S, out]
         firstBlock.push_back(firstBlock.back() + (p.weight.size(0) + kBlock - 1) / kBlock);
     }
-    const float* xp = xf.data_ptr<float>();
+    auto bf16 = [](const torch::Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data_ptr()); };
     parallel(firstBlock.back(), 1, [&](int64_t begin, int64_t end) {
         for (std::size_t m = 0; m < weights.size(); ++m) {
             const int64_t from = std::max(begin, firstBlock[m]), to = std::min(end, firstBlock[m + 1]);
@@ -59,10 +65,12 @@ std::vector<torch::Tensor> linears(const torch::Tensor& x, const std::vector<Pro
             const int64_t out = w.size(0);
             const int64_t o0 = (from - firstBlock[m]) * kBlock, o1 = std::min(out, (to - firstBlock[m]) * kBlock);
             float* yp = outputs[m].data_ptr<float>();
-            if (w.scalar_type() == torch::kBFloat16)
-                kernels::linear(isa, xp, S, in, reinterpret_cast<const uint16_t*>(w.data_ptr()), yp, out, o0, o1);
+            if (pairs)
+                kernels::linear(isa, bf16(xs), S, in, bf16(w), yp, out, o0, o1);
+            else if (w.scalar_type() == torch::kBFloat16)
+                kernels::linear(isa, xs.data_ptr<float>(), S, in, bf16(w), yp, out, o0, o1);
             else
-                kernels::linear(isa, xp, S, in, w.data_ptr<float>(), yp, out, o0, o1);
+                kernels::linear(isa, xs.data_ptr<float>(), S, in, w.data_ptr<float>(), yp, out, o0, o1);
         }
     });
     for (std::size_t m = 0; m < outputs.size(); ++m) {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The reference path: the fixed order in plain C++ (std::fma per lane), what the vector paths must
-// equal bit for bit. Compiled with -ffp-contract=off like the other two files, so the compiler
+// The reference path: the fixed orders in plain C++ (std::fma per lane), what the vector paths must
+// equal bit for bit; the pair order's flushing is the MXCSR's here too (impl::FlushDenormals). Compiled with -ffp-contract=off like the other two files, so the compiler
 // fuses nothing that the order does not.
 #include "core/kernels/invariant_impl.h"
 
@@ -10,8 +10,10 @@ namespace kvscope::kernels {
 namespace {
 
 struct ScalarVec {
-    static constexpr int kRows = 1, kCols = 1, kDecodeCols = 1;
+    static constexpr int kRows = 1, kCols = 1, kDecodeCols = 1, kDecodePairCols = 1;
     static constexpr int kPanelFromRows = 0;  // the reference is dotTile's order as written
+    using Pairs = impl::EmulatedPairs<ScalarVec>;
+    static constexpr bool kNativePairs = false;
     float lane[impl::kLanes];
 
     static ScalarVec zero() { return broadcast(0.0f); }
@@ -28,6 +30,14 @@ struct ScalarVec {
     static ScalarVec load(const uint16_t* bf16) {
         ScalarVec v;
         for (int j = 0; j < impl::kLanes; ++j) v.lane[j] = impl::widened(bf16[j]);
+        return v;
+    }
+    // Lane j of 32 bf16 elements' pairs: element 2j+1, or 2j.
+    static ScalarVec loadOdd(const uint16_t* bf16) { return pairHalf(bf16, 1); }
+    static ScalarVec loadEven(const uint16_t* bf16) { return pairHalf(bf16, 0); }
+    static ScalarVec pairHalf(const uint16_t* bf16, int odd) {
+        ScalarVec v;
+        for (int j = 0; j < impl::kLanes; ++j) v.lane[j] = impl::widened(bf16[2 * j + odd]);
         return v;
     }
     static ScalarVec fma(const ScalarVec& a, const ScalarVec& b, const ScalarVec& acc) {

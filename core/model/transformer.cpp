@@ -140,6 +140,10 @@ const std::string& Transformer::fingerprint() const {
         // Only non-default numerics enter, so fingerprints of default models stay what they were.
         if (numerics_.matrixVectorDecode) named.emplace_back("numerics=matrix-vector-decode", torch::zeros({0}));
         if (invariant()) named.emplace_back("numerics=invariant-kernels", torch::zeros({0}));
+        // bf16 linears moved from the 16-lane order to the pair order (core/kernels/invariant.h):
+        // a cache an older kvscope built that way holds other bits, and is refused as another model's.
+        if (invariant() && dtype_ == torch::kBFloat16)
+            named.emplace_back("numerics=invariant-bf16-pair-order", torch::zeros({0}));
         fingerprint_->value = fingerprintNamedTensors(named);
     });
     return fingerprint_->value;

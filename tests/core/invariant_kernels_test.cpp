@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <vector>
 
 namespace kvscope {
@@ -19,8 +20,8 @@ using kernels::Isa;
 // The vector paths this CPU can run, besides the scalar reference.
 std::vector<Isa> vectorPaths() {
     std::vector<Isa> paths;
-    if (kernels::bestIsa() == Isa::Avx512) paths = {Isa::Avx2, Isa::Avx512};
-    if (kernels::bestIsa() == Isa::Avx2) paths = {Isa::Avx2};
+    for (const Isa isa : {Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16})
+        if (static_cast<int>(isa) <= static_cast<int>(kernels::bestIsa())) paths.push_back(isa);
     return paths;
 }
 
@@ -39,24 +40,32 @@ const std::vector<int64_t> kInputSizes = {1, 7, 16, 17, 31, 64, 100, 903};
 TEST(InvariantKernels, VectorPathsEqualTheScalarReference) {
     if (vectorPaths().empty()) GTEST_SKIP() << "this CPU has neither AVX2+FMA nor AVX-512F: only the reference runs";
     torch::manual_seed(1);
-    for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    // Inputs and weights: fp32 (16-lane order), bf16 (the pair order), fp32 inputs on bf16 weights
+    // (16-lane order, the weights widened).
+    const std::vector<std::pair<torch::ScalarType, torch::ScalarType>> kinds = {
+        {torch::kFloat32, torch::kFloat32}, {torch::kBFloat16, torch::kBFloat16}, {torch::kFloat32, torch::kBFloat16}};
+    for (const auto& [xType, wType] : kinds) {
         for (const int64_t in : kInputSizes) {
-            // From 24 rows the AVX2 path computes the order as an outer product over panels of 16
-            // outputs (invariant_impl.h's panelLinear): 37 outputs end in a ragged panel.
-            for (const int64_t rows : {1, 2, 3, 5, 9, 24, 31, 64}) {
+            // From 24 rows the AVX2 path computes the 16-lane order as an outer product over panels
+            // of 16 outputs (invariant_impl.h's panelLinear), and from 32 rows the paths without
+            // VDPBF16PS compute the pair order on laid-out copies: 37 outputs end in a ragged panel.
+            for (const int64_t rows : {1, 2, 3, 5, 9, 24, 31, 32, 64}) {
                 const int64_t outputs = rows < 24 ? 13 : 37;
-                const torch::Tensor x = randomTensor({rows, in}, dtype), w = randomTensor({outputs, in}, dtype);
+                const torch::Tensor x = randomTensor({rows, in}, xType), w = randomTensor({outputs, in}, wType);
                 const torch::Tensor reference = kernels::linear(x, w, {}, torch::kFloat32, Isa::Scalar);
                 for (const Isa isa : vectorPaths())
                     EXPECT_TRUE(sameBits(kernels::linear(x, w, {}, torch::kFloat32, isa), reference))
-                        << kernels::isaName(isa) << " linear, " << c10::toString(dtype) << " in=" << in
-                        << " rows=" << rows;
-                const torch::Tensor normWeight = randomTensor({in}, dtype);
+                        << kernels::isaName(isa) << " linear, " << c10::toString(xType) << " x " << c10::toString(wType)
+                        << " in=" << in << " rows=" << rows;
+                if (xType != wType) continue;
+                const torch::Tensor normWeight = randomTensor({in}, wType);
                 const torch::Tensor normed = kernels::rmsNorm(x, normWeight, 1e-6, Isa::Scalar);
                 for (const Isa isa : vectorPaths())
                     EXPECT_TRUE(sameBits(kernels::rmsNorm(x, normWeight, 1e-6, isa), normed)) << kernels::isaName(isa);
             }
         }
+    }
+    for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
         for (const int64_t D : {8, 24, 64, 80}) {
             const int64_t S = 7, start = 5, KV = 2, Q = 6;
             const torch::Tensor q = randomTensor({S, Q, D}, dtype);
@@ -68,6 +77,82 @@ TEST(InvariantKernels, VectorPathsEqualTheScalarReference) {
                     << kernels::isaName(isa) << " attention, " << c10::toString(dtype) << " D=" << D;
         }
     }
+}
+
+// The pair order written out independently of the kernels' template: per chunk of 32, lane j adds
+// the product of element 2j+1, then of 2j, one rounding each; then the tree; denormal inputs and
+// results flushed to zero. The kernels must give exactly this for bf16 x bf16.
+float flushed(float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; }
+float pairOrderDot(const torch::Tensor& x, const torch::Tensor& w) {  // [n] bf16 each
+    const torch::Tensor xf = x.to(torch::kFloat32), wf = w.to(torch::kFloat32);
+    const int64_t n = x.size(0);
+    auto at = [n](const torch::Tensor& t, int64_t i) { return i < n ? flushed(t[i].item<float>()) : 0.0f; };
+    float lane[16] = {};
+    for (int64_t chunk = 0; chunk < n; chunk += 32)
+        for (int64_t j = 0; j < 16; ++j) {
+            const int64_t odd = chunk + 2 * j + 1, even = chunk + 2 * j;
+            lane[j] = flushed(std::fma(at(xf, odd), at(wf, odd), lane[j]));
+            lane[j] = flushed(std::fma(at(xf, even), at(wf, even), lane[j]));
+        }
+    for (int width = 8; width >= 1; width /= 2)
+        for (int j = 0; j < width; ++j) lane[j] = flushed(lane[j] + lane[j + width]);
+    return lane[0];
+}
+
+TEST(InvariantKernels, Bf16LinearsTakeThePairOrderOfTheBf16DotProduct) {
+    torch::manual_seed(6);
+    for (const int64_t in : {1, 31, 32, 33, 100, 903}) {
+        const torch::Tensor x = randomTensor({3, in}, torch::kBFloat16), w = randomTensor({5, in}, torch::kBFloat16);
+        std::vector<Isa> paths = vectorPaths();
+        paths.push_back(Isa::Scalar);
+        for (const Isa isa : paths) {
+            const torch::Tensor y = kernels::linear(x, w, {}, torch::kFloat32, isa);
+            for (int64_t r = 0; r < 3; ++r)
+                for (int64_t o = 0; o < 5; ++o)
+                    EXPECT_EQ(y[r][o].item<float>(), pairOrderDot(x[r], w[o]))
+                        << kernels::isaName(isa) << " in=" << in << " row " << r << " output " << o;
+        }
+    }
+}
+
+TEST(InvariantKernels, ThePairOrderFlushesDenormalsAsVdpbf16psDoes) {
+#if !defined(__x86_64__) && !defined(__i386__)
+    GTEST_SKIP() << "the pair order flushes through the x86 MXCSR; elsewhere (no vector path) nothing is flushed";
+#endif
+    // 2^-100 * 2^-30 = 2^-130 is below fp32's smallest normal: flushed, the sum is 0 (not 2^-130). A
+    // denormal bf16 input (bits 0x0001, 2^-133) counts as 0 (not 2^-133 * 2^100 = 2^-33).
+    auto bf16 = [](std::vector<float> v) { return torch::tensor(v).to(torch::kBFloat16).unsqueeze(0); };
+    const torch::Tensor tinyProduct = bf16({std::ldexp(1.0f, -100)}), tinyWeight = bf16({std::ldexp(1.0f, -30)});
+    const torch::Tensor denormal = torch::full({1, 1}, 1, torch::kInt16).view(torch::kBFloat16);
+    const torch::Tensor large = bf16({std::ldexp(1.0f, 100)});
+    std::vector<Isa> paths = vectorPaths();
+    paths.push_back(Isa::Scalar);
+    for (const Isa isa : paths) {
+        EXPECT_EQ(kernels::linear(tinyProduct, tinyWeight, {}, torch::kFloat32, isa).item<float>(), 0.0f)
+            << kernels::isaName(isa);
+        EXPECT_EQ(kernels::linear(denormal, large, {}, torch::kFloat32, isa).item<float>(), 0.0f)
+            << kernels::isaName(isa);
+        // The 16-lane order (fp32 inputs) keeps IEEE's gradual underflow.
+        EXPECT_EQ(
+            kernels::linear(tinyProduct.to(torch::kFloat32), tinyWeight.to(torch::kFloat32), {}, torch::kFloat32, isa)
+                .item<float>(),
+            std::ldexp(1.0f, -130))
+            << kernels::isaName(isa);
+    }
+    // Random inputs spanning denormals to 2^13, both signs: every path the reference's bits.
+    torch::manual_seed(7);
+    const torch::Tensor exponents = torch::randint(0, 141, {40, 200}, torch::kInt32);
+    const torch::Tensor bits = (torch::randint(0, 2, {40, 200}, torch::kInt32) * 32768 + exponents * 128 +
+                                torch::randint(0, 128, {40, 200}, torch::kInt32))
+                                   .to(torch::kInt16)
+                                   .view(torch::kBFloat16);
+    const torch::Tensor x = bits.narrow(0, 0, 33), w = bits.narrow(0, 33, 7);
+    const torch::Tensor reference = kernels::linear(x, w, {}, torch::kFloat32, Isa::Scalar);
+    for (const Isa isa : vectorPaths())
+        for (const int64_t rows : {1, 2, 33})
+            EXPECT_TRUE(sameBits(kernels::linear(x.narrow(0, 0, rows), w, {}, torch::kFloat32, isa),
+                                 reference.narrow(0, 0, rows)))
+                << kernels::isaName(isa) << " rows=" << rows;
 }
 
 TEST(InvariantKernels, ALinearRowIsTheSameAloneOrInABatchOfUpTo512) {

@@ -1,0 +1,15 @@
+// SPDX-License-Identifier: MIT
+// AVX-512F with the BF16 dot product: the pair order in VDPBF16PS, everything else as the AVX-512F
+// path. Compiled with -mavx512f -mavx512bf16; called only when the CPU has both and its VDPBF16PS
+// passed the dispatcher's check.
+#include "core/kernels/invariant_avx512_vec.h"
+
+#ifndef __AVX512BF16__
+#error "invariant_avx512bf16.cpp must be compiled with -mavx512bf16"
+#endif
+
+namespace kvscope::kernels {
+
+KVSCOPE_DEFINE_KERNEL_PATH(avx512bf16, Avx512Vec)
+
+}  // namespace kvscope::kernels
