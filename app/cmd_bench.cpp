@@ -55,9 +55,11 @@ nlohmann::json reportToJson(const BenchReport& r) {
 void printReport(const BenchReport& r) {
     std::printf("model: %s\nlibtorch: %s\ncpu: %s\ninvariant kernels: %s path\nthreads: %d\n", r.modelDir.c_str(),
                 r.libtorch.c_str(), r.cpuFeatures.c_str(), r.kernelPath.c_str(), r.threads);
-    std::printf("bandwidth: read %.1f GB/s, triad %.1f GB/s (vectorised, %d threads, best of 5); bound: %.1f GB/s\n\n",
-                r.readBandwidthBytesPerSecond / 1e9, r.triadBandwidthBytesPerSecond / 1e9, r.threads,
-                r.boundBandwidthBytesPerSecond / 1e9);
+    std::printf(
+        "bandwidth: read %.1f GB/s (1, 2 or 4 streams a thread), triad %.1f GB/s (vectorised, %d threads, best of 5); "
+        "bound: %.1f GB/s\n\n",
+        r.readBandwidthBytesPerSecond / 1e9, r.triadBandwidthBytesPerSecond / 1e9, r.threads,
+        r.boundBandwidthBytesPerSecond / 1e9);
     std::printf("%-5s %-9s %12s %12s %10s %12s %9s %10s %12s %9s\n", "dtype", "kernels", "prefill t/s", "decode t/s",
                 "decode mv", "rebuild t/s", "pf/rebld", "weights", "bound t/s", "of bound");
     for (const auto& row : r.rows) {

@@ -67,11 +67,11 @@ double rebuildRate(const Transformer& model, const std::vector<int64_t>& ids) {
 }
 
 // Runs body(t, begin, end) on `threads` plain threads t, one contiguous slice of [0, n) each
-// (n/threads rounded to 64 floats, the probes' step).
+// (n/threads rounded to 256 floats: the read probe's step of 64 floats in up to 4 streams).
 template <typename Body>
 void onSlices(int64_t n, int threads, const Body& body) {
     std::vector<std::thread> pool;
-    const int64_t slice = (n / threads) / 64 * 64;
+    const int64_t slice = (n / threads) / 256 * 256;
     for (int t = 0; t < threads; ++t)
         pool.emplace_back([&, t] { body(t, slice * t, t + 1 == threads ? n : slice * (t + 1)); });
     for (auto& th : pool) th.join();
@@ -154,7 +154,7 @@ std::vector<KernelRow> measureKernels(const Transformer& model, int64_t prefillR
 }  // namespace
 
 Bandwidth measureBandwidth(std::size_t bytesPerArray, int passes) {
-    const int64_t n = static_cast<int64_t>(bytesPerArray / sizeof(float)) / 64 * 64;
+    const int64_t n = static_cast<int64_t>(bytesPerArray / sizeof(float)) / 256 * 256;
     const int threads = std::max(1, at::get_num_threads());
     const kernels::Isa isa = kernels::bestIsa();
     std::unique_ptr<float[]> a(new float[n]), b(new float[n]), c(new float[n]);
@@ -169,11 +169,13 @@ Bandwidth measureBandwidth(std::size_t bytesPerArray, int passes) {
             kernels::triad(isa, a.get() + lo, b.get() + lo, c.get() + lo, 3.0f, hi - lo);
         });
         best.triad = std::max(best.triad, 3.0 * static_cast<double>(n) * sizeof(float) / secondsSince(t0));
-        t0 = Clock::now();
-        onSlices(n, threads, [&](int t, int64_t lo, int64_t hi) {
-            sinks[static_cast<std::size_t>(t)] = kernels::readAll(isa, b.get() + lo, hi - lo);
-        });
-        best.read = std::max(best.read, static_cast<double>(n) * sizeof(float) / secondsSince(t0));
+        for (const int64_t streams : {1, 2, 4}) {  // a decode step reads 2 per thread (kernels' kDecodeStreams)
+            t0 = Clock::now();
+            onSlices(n, threads, [&](int t, int64_t lo, int64_t hi) {
+                sinks[static_cast<std::size_t>(t)] = kernels::readAll(isa, b.get() + lo, hi - lo, streams);
+            });
+            best.read = std::max(best.read, static_cast<double>(n) * sizeof(float) / secondsSince(t0));
+        }
     }
     volatile float sink = a[n / 2] + sinks[0];  // keep the stores and sums observable
     (void)sink;

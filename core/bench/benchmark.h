@@ -49,7 +49,7 @@ struct BenchReport {
     std::string libtorch;                // version and the library file actually loaded
     std::string cpuFeatures;             // the vector extensions that decide kernels (and bits)
     std::string kernelPath;              // the invariant kernels' instruction set here
-    double readBandwidthBytesPerSecond = 0;   // vectorised read of one large array, best of passes
+    double readBandwidthBytesPerSecond = 0;   // vectorised read of one large array, best of passes and streams
     double triadBandwidthBytesPerSecond = 0;  // STREAM triad, best of passes
     double boundBandwidthBytesPerSecond = 0;  // the larger: what a decode step can at best stream
     int threads = 0;
@@ -62,7 +62,9 @@ struct Bandwidth {
 };
 // STREAM's method: arrays far larger than the caches (256 MB each), first touched and then streamed
 // by as many threads as libtorch computes with, each its own slice, vectorised loops, best of
-// `passes`. Triad counts two arrays read and one written; read counts one array.
+// `passes`. Triad counts two arrays read and one written; read counts one array, read by each thread
+// as 1, 2 and 4 sequential streams side by side (the best of them: one stream per core under-reads
+// a machine whose prefetchers keep few misses in flight per stream).
 Bandwidth measureBandwidth(std::size_t bytesPerArray = 256u << 20, int passes = 5);
 
 BenchReport runBenchmark(const BenchOptions& options, const std::function<void(const std::string&)>& log);

@@ -72,6 +72,8 @@ float sumOfSquares(Isa isa, const float* x, int64_t n);
 // Memory-bandwidth probes for `kvscope bench`, vectorised like the kernels they bound (a plain C++
 // loop compiles to scalar code at -O2 and under-reads the machine). n: a multiple of 64.
 void triad(Isa isa, float* a, const float* b, const float* c, float s, int64_t n);  // a = b + s * c
-float readAll(Isa isa, const float* x, int64_t n);  // reads x once (four independent sums)
+// Reads x once as `streams` sequential streams side by side (n: a multiple of 64 * streams), as a
+// decode step reads its weights (invariant_impl.h's kDecodeStreams).
+float readAll(Isa isa, const float* x, int64_t n, int64_t streams);
 
 }  // namespace kvscope::kernels

@@ -18,7 +18,7 @@ namespace kvscope::kernels {
     void attention(const AttentionArgs<uint16_t>&, int64_t, int64_t, float*);                           \
     float sumOfSquares(const float*, int64_t);                                                          \
     void triad(float*, const float*, const float*, float, int64_t);                                     \
-    float readAll(const float*, int64_t);                                                               \
+    float readAll(const float*, int64_t, int64_t);                                                      \
     int64_t panelFromRows();                                                                            \
     }
 KVSCOPE_DECLARE_PATH(scalar)
@@ -136,7 +136,9 @@ float sumOfSquares(Isa isa, const float* x, int64_t n) { return KVSCOPE_ON_PATH(
 void triad(Isa isa, float* a, const float* b, const float* c, float s, int64_t n) {
     KVSCOPE_ON_PATH(isa, triad(a, b, c, s, n));
 }
-float readAll(Isa isa, const float* x, int64_t n) { return KVSCOPE_ON_PATH(isa, readAll(x, n)); }
+float readAll(Isa isa, const float* x, int64_t n, int64_t streams) {
+    return KVSCOPE_ON_PATH(isa, readAll(x, n, streams));
+}
 bool widensWeightsItself(Isa isa, int64_t rows) {
     const int64_t from = KVSCOPE_ON_PATH(isa, panelFromRows());
     return from > 0 && rows >= from;

@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "core/kernels/invariant_ops.h"
 
+#include "core/kernels/kernel_threads.h"
 #include "core/util/error.h"
-
-#include <ATen/Parallel.h>
 
 #include <cmath>
 #include <vector>
@@ -19,10 +18,10 @@ void requireCpuFloat(const torch::Tensor& t, const char* what) {
                          c10::toString(t.scalar_type()) + " on " + t.device().str() + ")");
 }
 
-// Splits [0, n) between libtorch's intra-op threads (bounded by --threads) in blocks of `grain`.
+// Splits [0, n) between the kernels' threads (as many as --threads), none with fewer than `grain`.
 template <typename Work>
 void parallel(int64_t n, int64_t grain, const Work& work) {
-    at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) { work(begin, end); });
+    parallelFor(n, grain, [&](int64_t begin, int64_t end) { work(begin, end); });
 }
 
 }  // namespace

@@ -4,12 +4,16 @@
 // results are close to float64 arithmetic.
 #include "core/kernels/invariant.h"
 #include "core/kernels/invariant_ops.h"
+#include "core/kernels/kernel_threads.h"
 
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <cmath>
+#include <stdexcept>
+#include <thread>
 #include <vector>
 
 namespace kvscope {
@@ -210,6 +214,75 @@ TEST(InvariantKernels, ResultsDoNotDependOnTheThreadCount) {
     const auto two = compute();
     at::set_num_threads(before);
     for (std::size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(sameBits(one[i], two[i])) << "op " << i;
+}
+
+// The kernels' own thread pool: every index once, in contiguous parts of at least `grain`, on as
+// many threads as --threads; a failure reaches the caller; a call from inside a part, or from a
+// second thread while the pool is busy, runs whole on its caller's thread and still covers everything.
+TEST(KernelThreads, EveryIndexOnceInContiguousPartsOnAtMostTheThreadCount) {
+    const int before = at::get_num_threads();
+    for (const int threads : {1, 2, 3}) {
+        at::set_num_threads(threads);
+        for (const int64_t n : {1, 2, 5, 14, 18, 152, 2374}) {
+            for (const int64_t grain : {1, 4, 4096}) {
+                std::vector<std::atomic<int>> seen(static_cast<std::size_t>(n));
+                std::atomic<int> parts{0};
+                kernels::parallelFor(n, grain, [&](int64_t begin, int64_t end) {
+                    ++parts;
+                    EXPECT_LT(begin, end);
+                    for (int64_t i = begin; i < end; ++i) ++seen[static_cast<std::size_t>(i)];
+                });
+                for (int64_t i = 0; i < n; ++i)
+                    ASSERT_EQ(seen[static_cast<std::size_t>(i)], 1) << "n=" << n << " i=" << i;
+                EXPECT_LE(parts, std::min<int64_t>(threads, (n + grain - 1) / grain))
+                    << "n=" << n << " grain=" << grain;
+            }
+        }
+    }
+    at::set_num_threads(before);
+}
+
+TEST(KernelThreads, AFailingPartReachesTheCallerAndThePoolKeepsWorking) {
+    const int before = at::get_num_threads();
+    at::set_num_threads(2);
+    for (const int64_t failing : {0, 99}) {  // the caller's own part, then a worker's
+        EXPECT_THROW(kernels::parallelFor(100, 1,
+                                          [&](int64_t begin, int64_t end) {
+                                              if (begin <= failing && failing < end) throw std::runtime_error("part");
+                                          }),
+                     std::runtime_error);
+    }
+    std::atomic<int64_t> sum{0};
+    kernels::parallelFor(100, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) sum += i;
+    });
+    EXPECT_EQ(sum, 4950);
+    at::set_num_threads(before);
+}
+
+TEST(KernelThreads, NestedAndConcurrentCallsRunOnTheirOwnThread) {
+    const int before = at::get_num_threads();
+    at::set_num_threads(2);
+    std::atomic<int64_t> inner{0};
+    kernels::parallelFor(4, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i)
+            kernels::parallelFor(10, 1, [&](int64_t b, int64_t e) { inner += e - b; });
+    });
+    EXPECT_EQ(inner, 40);
+    // Two threads computing linears at once (the GUI's analysis and session decode): the same bits.
+    torch::manual_seed(8);
+    const torch::Tensor x = randomTensor({1, 301}, torch::kBFloat16), w = randomTensor({777, 301}, torch::kBFloat16);
+    const torch::Tensor expected = kernels::linear(x, w, {}, torch::kFloat32);
+    std::vector<std::thread> callers;
+    std::atomic<int> mismatches{0};
+    for (int t = 0; t < 2; ++t)
+        callers.emplace_back([&] {
+            for (int i = 0; i < 50; ++i)
+                if (!sameBits(kernels::linear(x, w, {}, torch::kFloat32), expected)) ++mismatches;
+        });
+    for (auto& c : callers) c.join();
+    EXPECT_EQ(mismatches, 0);
+    at::set_num_threads(before);
 }
 
 TEST(InvariantKernels, CloseToFloat64) {

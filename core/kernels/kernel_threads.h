@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+// The threads the batch-invariant kernels run on: a pool of their own, not libtorch's OpenMP team.
+//
+// Why not at::parallel_for: kvscope runs OpenMP with the passive wait policy (util/threads.h says
+// why), so every parallel region wakes its threads from the kernel, and a bf16 decode step of a
+// 0.5B model opens ~150 regions of 10-300 us each. Measured on a 2-core Sapphire Rapids VM: decode at
+// 55% of the memory bound with passive OpenMP, 70-73% with OpenMP spinning. Spinning OpenMP is no
+// answer either: it then spins against OpenBLAS's pool in torch-kernel runs. So these workers spin
+// briefly between parts of the work (a decode step's gaps are microseconds) and sleep when none
+// comes for a while (kSpinBeforeSleep in kernel_threads.cpp), and only the invariant kernels use them.
+//
+// The work is split into contiguous parts of [0, n), one per thread, as OpenMP's static schedule
+// does; the kernels split only along outputs, so the part boundaries never change a bit.
+#include <cstdint>
+#include <functional>
+
+namespace kvscope::kernels {
+
+// Runs work(begin, end) over [0, n) in at most at::get_num_threads() contiguous parts (none of fewer
+// than `grain` items, so small n runs on the calling thread), the caller computing the first part.
+// Returns when every part is done; an exception from a part is rethrown here (the first one).
+// One caller at a time uses the pool: a call made while another is running (a second model in
+// another thread, or a call from inside a part) runs whole on its own thread, with the same bits.
+void parallelFor(int64_t n, int64_t grain, const std::function<void(int64_t begin, int64_t end)>& work);
+
+}  // namespace kvscope::kernels
