@@ -18,18 +18,38 @@ std::uint64_t splitmix64(std::uint64_t x) {
 }
 
 // Higher logit first; equal logits: lower id first.
-bool ranksBefore(const std::vector<float>& logits, int64_t a, int64_t b) {
+bool ranksBefore(const float* logits, int64_t a, int64_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
 }
 
-int64_t sampleIndex(const std::vector<float>& logits, const SamplingParams& p, std::uint64_t step) {
-    const int64_t V = static_cast<int64_t>(logits.size());
-    std::vector<int64_t> order(V);
-    std::iota(order.begin(), order.end(), 0);
+// The k best ids in rank order. A few (what a step records, a small top-k): one pass over the
+// vocabulary keeping them sorted, instead of sorting V ids (a decode step calls this on 152k logits;
+// the V-long id array alone was a 1.2 MB allocation per token). More: a partial sort.
+std::vector<int64_t> highest(const float* logits, int64_t V, int64_t k) {
+    auto before = [logits](int64_t a, int64_t b) { return ranksBefore(logits, a, b); };
+    constexpr int64_t kOnePassUpTo = 64;
+    if (k > kOnePassUpTo) {
+        std::vector<int64_t> order(static_cast<std::size_t>(V));
+        std::iota(order.begin(), order.end(), 0);
+        std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
+        order.resize(static_cast<std::size_t>(k));
+        return order;
+    }
+    std::vector<int64_t> best;
+    best.reserve(static_cast<std::size_t>(k) + 1);
+    for (int64_t id = 0; id < V; ++id) {
+        if (static_cast<int64_t>(best.size()) == k && !before(id, best.back())) continue;
+        auto at = best.end();
+        while (at != best.begin() && before(id, *(at - 1))) --at;
+        best.insert(at, id);
+        if (static_cast<int64_t>(best.size()) > k) best.pop_back();
+    }
+    return best;
+}
+
+int64_t sampleIndex(const float* logits, int64_t V, const SamplingParams& p, std::uint64_t step) {
     const int64_t keep = (p.topK > 0 && p.topK < V) ? p.topK : V;
-    auto cmp = [&](int64_t a, int64_t b) { return ranksBefore(logits, a, b); };
-    std::partial_sort(order.begin(), order.begin() + keep, order.end(), cmp);
-    order.resize(keep);
+    const std::vector<int64_t> order = highest(logits, V, keep);
 
     // Probabilities at temperature T over the kept candidates (already in descending order).
     std::vector<double> probs(order.size());
@@ -70,34 +90,30 @@ double uniformDraw(std::uint64_t seed, std::uint64_t step) {
 
 StepRecord chooseToken(const torch::Tensor& logitsIn, const SamplingParams& params, std::uint64_t step,
                        int topToRecord) {
-    torch::Tensor flat = logitsIn.detach().reshape({-1}).to(torch::kCPU, torch::kFloat32).contiguous();
+    const torch::Tensor flat = logitsIn.detach().reshape({-1}).to(torch::kCPU, torch::kFloat32).contiguous();
     const int64_t V = flat.numel();
     if (V < 2) throw UsageError("need at least two logits to choose a token");
-    std::vector<float> logits(flat.data_ptr<float>(), flat.data_ptr<float>() + V);
+    const float* logits = flat.data_ptr<float>();
 
     // Log-sum-exp in double for logprob and entropy of the model's own distribution.
-    const float maxLogit = *std::max_element(logits.begin(), logits.end());
+    const float maxLogit = *std::max_element(logits, logits + V);
     double sumExp = 0.0, sumExpLogit = 0.0;
-    for (float l : logits) {
-        const double e = std::exp(static_cast<double>(l) - maxLogit);
+    for (int64_t i = 0; i < V; ++i) {
+        const double e = std::exp(static_cast<double>(logits[i]) - maxLogit);
         sumExp += e;
-        sumExpLogit += e * (static_cast<double>(l) - maxLogit);
+        sumExpLogit += e * (static_cast<double>(logits[i]) - maxLogit);
     }
     const double logZ = std::log(sumExp);
 
-    const int recordCount = std::max(2, std::min<int>(topToRecord, static_cast<int>(V)));
-    std::vector<int64_t> order(V);
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + recordCount, order.end(),
-                      [&](int64_t a, int64_t b) { return ranksBefore(logits, a, b); });
+    const int64_t recordCount = std::max<int64_t>(2, std::min<int64_t>(topToRecord, V));
+    const std::vector<int64_t> order = highest(logits, V, recordCount);
 
     StepRecord r;
-    r.id = params.greedy() ? order[0] : sampleIndex(logits, params, step);
+    r.id = params.greedy() ? order[0] : sampleIndex(logits, V, params, step);
     r.logprob = static_cast<double>(logits[r.id]) - maxLogit - logZ;
     r.margin = static_cast<double>(logits[order[0]]) - logits[order[1]];
     r.entropy = logZ - sumExpLogit / sumExp;
-    for (int i = 0; i < std::min<int>(topToRecord, static_cast<int>(V)); ++i)
-        r.top.push_back({order[i], logits[order[i]]});
+    for (int64_t i = 0; i < std::min<int64_t>(topToRecord, V); ++i) r.top.push_back({order[i], logits[order[i]]});
     return r;
 }
 

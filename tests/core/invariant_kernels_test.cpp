@@ -216,6 +216,42 @@ TEST(InvariantKernels, ResultsDoNotDependOnTheThreadCount) {
     for (std::size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(sameBits(one[i], two[i])) << "op " << i;
 }
 
+// The elementwise steps run inside the kernels' threads, reading and writing bf16 themselves; they
+// must round as torch's ops did when they were separate: the bias added to the fp32 sum and cast,
+// the norm's cast(x * scale) times the weight, RoPE and SiLU-gate computed in fp32 and cast.
+TEST(InvariantKernels, FusedCastsRoundAsTorchsOpsDo) {
+    torch::manual_seed(10);
+    for (const int64_t rows : {1, 3, 40}) {
+        const torch::Tensor x = randomTensor({rows, 903}, torch::kBFloat16),
+                            w = randomTensor({77, 903}, torch::kBFloat16);
+        const torch::Tensor b = randomTensor({77}, torch::kBFloat16);
+        const torch::Tensor sums = kernels::linear(x, w, {}, torch::kFloat32);
+        EXPECT_TRUE(
+            sameBits(kernels::linear(x, w, b, torch::kBFloat16), (sums + b.to(torch::kFloat32)).to(torch::kBFloat16)));
+        EXPECT_TRUE(sameBits(kernels::linear(x, w, b, torch::kFloat32), sums + b.to(torch::kFloat32)));
+        EXPECT_TRUE(sameBits(kernels::linear(x, w, {}, torch::kBFloat16), sums.to(torch::kBFloat16)));
+
+        for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+            const torch::Tensor h = randomTensor({rows, 903}, dtype), weight = randomTensor({903}, dtype);
+            const torch::Tensor hf = h.to(torch::kFloat32).contiguous();
+            torch::Tensor scale = torch::empty({rows, 1});
+            for (int64_t r = 0; r < rows; ++r)
+                scale[r][0] =
+                    1.0f /
+                    std::sqrt(kernels::sumOfSquares(kernels::bestIsa(), hf[r].data_ptr<float>(), 903) / 903.0f + 1e-6f);
+            EXPECT_TRUE(sameBits(kernels::rmsNorm(h, weight, 1e-6), weight * (hf * scale).to(dtype)))
+                << c10::toString(dtype) << " rows=" << rows;
+        }
+        const torch::Tensor q = randomTensor({rows, 4, 24}, torch::kBFloat16), invFreq = torch::rand({12});
+        EXPECT_TRUE(sameBits(kernels::rope(q, invFreq, 7),
+                             kernels::rope(q.to(torch::kFloat32), invFreq, 7).to(torch::kBFloat16)));
+        const torch::Tensor gate = randomTensor({rows, 300}, torch::kBFloat16),
+                            up = randomTensor({rows, 300}, torch::kBFloat16);
+        EXPECT_TRUE(sameBits(kernels::siluGate(gate, up),
+                             kernels::siluGate(gate.to(torch::kFloat32), up.to(torch::kFloat32)).to(torch::kBFloat16)));
+    }
+}
+
 // The kernels' own thread pool: every index once, in contiguous parts of at least `grain`, on as
 // many threads as --threads; a failure reaches the caller; a call from inside a part, or from a
 // second thread while the pool is busy, runs whole on its caller's thread and still covers everything.

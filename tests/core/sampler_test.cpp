@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <set>
+#include <vector>
 
 namespace kvscope {
 namespace {
@@ -19,6 +22,24 @@ TEST(Sampler, GreedyBreaksTiesTowardsTheLowestId) {
     EXPECT_EQ(r.top[0].id, 1);
     EXPECT_EQ(r.top[1].id, 3);
     EXPECT_EQ(r.top[2].id, 4);
+}
+
+// The recorded top list is a full sort's first entries (higher logit first, ties by lower id), both
+// where it is kept in one pass (a few entries) and where it is partially sorted (many), on a
+// vocabulary-sized row with many ties.
+TEST(Sampler, TheRecordedTopIsTheFullSortsHead) {
+    torch::manual_seed(9);
+    const torch::Tensor logits = torch::randint(0, 200, {151936}).to(torch::kFloat32) / 8;  // ~760 ties each
+    const float* l = logits.data_ptr<float>();
+    std::vector<int64_t> sorted(static_cast<std::size_t>(logits.numel()));
+    std::iota(sorted.begin(), sorted.end(), 0);
+    std::stable_sort(sorted.begin(), sorted.end(), [l](int64_t a, int64_t b) { return l[a] > l[b]; });
+    for (const int top : {1, 5, 64, 65, 300}) {
+        const StepRecord r = chooseToken(logits, {}, 0, top);
+        EXPECT_EQ(r.id, sorted[0]);
+        ASSERT_EQ(r.top.size(), static_cast<std::size_t>(top));
+        for (int i = 0; i < top; ++i) ASSERT_EQ(r.top[static_cast<std::size_t>(i)].id, sorted[i]) << "top " << top;
+    }
 }
 
 TEST(Sampler, RecordsLogprobMarginAndEntropyOfTheModelDistribution) {
