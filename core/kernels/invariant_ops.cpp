@@ -108,7 +108,7 @@ std::vector<torch::Tensor> linears(const torch::Tensor& x, const std::vector<Pro
                 kernels::linear(isa, xs.data_ptr<float>(), S, in, bf16(w), yp, out, o0, o1);
             else
                 kernels::linear(isa, xs.data_ptr<float>(), S, in, w.data_ptr<float>(), yp, out, o0, o1);
-            if (outputs[m].data_ptr() != sums[m].data_ptr()) finish(sums[m], biases[m], outputs[m], o0, o1);
+            if (!outputs[m].is_same(sums[m])) finish(sums[m], biases[m], outputs[m], o0, o1);
         }
     });
     return outputs;

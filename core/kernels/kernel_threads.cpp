@@ -58,7 +58,7 @@ public:
         pending_.store(static_cast<int>(parts - 1), std::memory_order_relaxed);
         for (int64_t p = 1; p < parts; ++p) {
             Slot& s = *slots_[static_cast<std::size_t>(p - 1)];
-            s.work = &work, s.begin = std::min(n, p * chunk), s.end = std::min(n, (p + 1) * chunk);
+            s.work = &work, s.begin = p * chunk, s.end = std::min(n, (p + 1) * chunk);
             s.failure = nullptr;
             s.ticket.store(generation_, std::memory_order_seq_cst);
             if (s.sleeping.load(std::memory_order_seq_cst)) {
