@@ -24,10 +24,14 @@ struct NativePairs {
 
 struct Avx512Vec {
     // 32 registers: a 4 x 4 tile holds 16 accumulators + 4 x rows + the weight rows being loaded. A
-    // decode row takes 4 fp32 weight rows at a time (2 and 8 measured the same: memory bound), or 2
-    // bf16 ones (an AMD EPYC Zen 4, 2 threads, three runs each way: the 272 MB lm_head streamed at
-    // 22.9, 21.8, 23.0 GB/s against 17.8, 20.7, 18.0 with 4; 1 and 8 fell between).
-    static constexpr int kRows = 4, kCols = 4, kDecodeCols = 4, kDecodePairCols = 2;
+    // decode row takes 4 fp32 weight rows at a time (2 and 8 measured the same: memory bound), and
+    // one bf16 row. Measured on a 2-core Sapphire Rapids VM, the linears of a bf16 decode step alone
+    // (24 layers + lm_head, 988 MB from memory, the kernels' pool with two streams a thread): 33.4-
+    // 33.9 ms with one row a tile against 37.8-38.4 with two and 40.5 with four; the layers' short
+    // rows gained most (gate+up 26 -> 30 GB/s, down_proj 22 -> 26). Two rows a tile read the weights
+    // as twice as many concurrent streams, more than the prefetchers keep up with. (An AMD Zen 4,
+    // before the pool and with one stream a thread, had streamed the lm_head faster with two.)
+    static constexpr int kRows = 4, kCols = 4, kDecodeCols = 4, kDecodePairCols = 1;
     // No panel path: the 4 x 4 tile is not short of registers here as AVX2's is.
     static constexpr int kPanelFromRows = 0;
 #ifdef __AVX512BF16__
