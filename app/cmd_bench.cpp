@@ -29,7 +29,10 @@ nlohmann::json reportToJson(const BenchReport& r) {
                         {"prefill_over_rebuild", row.prefillTokensPerSecond / row.rebuildTokensPerSecond},
                         {"weight_bytes_per_token", row.weightBytesPerToken},
                         {"bandwidth_bound_tokens_per_s", row.boundTokensPerSecond},
-                        {"decode_fraction_of_bound", row.decodeTokensPerSecond / row.boundTokensPerSecond}});
+                        {"decode_fraction_of_bound", row.decodeTokensPerSecond / row.boundTokensPerSecond},
+                        {"decode_step_ms", 1e3 / row.decodeTokensPerSecond},
+                        {"decode_linears_ms", 1e3 * row.decodeLinearsSecondsPerStep},
+                        {"decode_linears_gb_per_s", row.weightBytesPerToken / row.decodeLinearsSecondsPerStep / 1e9}});
     for (const auto& k : r.kernelRows)
         kernelRows.push_back({{"dtype", k.dtype},
                               {"kernels", k.kernels},
@@ -75,6 +78,16 @@ void printReport(const BenchReport& r) {
     std::printf(
         "\ndecode mv: torch kernels with --decode-kernel mv, same run. rebuild: the prompt's first ids fed one\n"
         "forward per token (how audit and bridge rebuild torch-kernel trajectories); pf/rebld = prefill over it.\n");
+    std::printf("\n%-5s %-9s %12s %12s %12s %12s\n", "dtype", "kernels", "step ms", "linears ms", "linears GB/s",
+                "rest ms");
+    for (const auto& row : r.rows) {
+        const double step = 1e3 / row.decodeTokensPerSecond, linears = 1e3 * row.decodeLinearsSecondsPerStep;
+        std::printf("%-5s %-9s %12.2f %12.2f %12.1f %12.2f\n", row.dtype.c_str(), row.kernels.c_str(), step, linears,
+                    row.weightBytesPerToken / row.decodeLinearsSecondsPerStep / 1e9, step - linears);
+    }
+    std::printf(
+        "A decode step: its linear layers timed alone (the step's calls in its order, weights from memory), and\n"
+        "the rest (norms, RoPE, attention, cache writes, sampling, the threads' hand-offs).\n");
     if (r.kernelRows.empty()) return;
     std::printf("\n%-5s %-9s %-10s %5s %7s %7s %10s %10s %10s\n", "dtype", "kernels", "linear", "rows", "in", "out",
                 "ms", "GB/s", "GFLOP/s");

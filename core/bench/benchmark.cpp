@@ -9,6 +9,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -57,6 +58,47 @@ double decodeRate(const Transformer& model, const KvCache& cache, const torch::T
     return static_cast<double>(steps) / secondsSince(t0);
 }
 
+// One decode step's linear layers and nothing else, seconds per step (the mean of `steps` after
+// one untimed, as decodeRate takes the mean): every layer's projections for one row in the order and with the calls a step makes
+// them (the invariant kernels' fused q/k/v and gate/up regions; torch kernels' linear per weight),
+// then the lm_head. The weights come from memory as in a step (the model's are far larger than
+// the caches), so this is the step's weight stream without the work between the projections.
+double decodeLinearsSeconds(const Transformer& model, int64_t steps) {
+    const Weights& w = model.weights();
+    const ModelConfig& c = model.config();
+    const torch::ScalarType dtype = model.dtype();
+    const bool invariant = model.numerics().kernels == Kernels::Invariant;
+    auto row = [&](int64_t width) { return torch::randn({1, width}).to(dtype).to(model.device()); };
+    const torch::Tensor hidden = row(c.hiddenSize), heads = row(c.numHeads * c.headDim), mlp = row(c.intermediateSize);
+    auto project = [&](const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+        return invariant ? kernels::linear(x, weight, bias, dtype) : torch::linear(x, weight, bias);
+    };
+    auto step = [&] {
+        for (const LayerWeights& l : w.layers) {
+            if (invariant) {
+                kernels::linears(hidden, {{l.wq, l.bq}, {l.wk, l.bk}, {l.wv, l.bv}}, dtype);
+            } else {
+                for (const auto& [weight, bias] : {std::pair{l.wq, l.bq}, {l.wk, l.bk}, {l.wv, l.bv}})
+                    project(hidden, weight, bias);
+            }
+            project(heads, l.wo, {});
+            if (invariant) {
+                kernels::linears(hidden, {{l.wGate, {}}, {l.wUp, {}}}, dtype);
+            } else {
+                project(hidden, l.wGate, {});
+                project(hidden, l.wUp, {});
+            }
+            project(mlp, l.wDown, {});
+        }
+        if (invariant) return kernels::linear(hidden, w.lmHead, {}, torch::kFloat32);
+        return project(hidden, w.lmHead, {});
+    };
+    step();
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < steps; ++i) step();
+    return secondsSince(t0) / static_cast<double>(steps);
+}
+
 // Forwards per second feeding `ids` one at a time into a fresh cache: how `audit` and `bridge`
 // rebuild a trajectory where only token by token gives the live cache's bits.
 double rebuildRate(const Transformer& model, const std::vector<int64_t>& ids) {
@@ -100,6 +142,7 @@ BenchRow measureRow(const Transformer& model, const std::vector<int64_t>& prompt
 
     log("decode " + std::to_string(o.decodeTokens) + " tokens (" + label + ")");
     row.decodeTokensPerSecond = decodeRate(model, cache, logits, o.decodeTokens);
+    row.decodeLinearsSecondsPerStep = decodeLinearsSeconds(model, std::min<int64_t>(o.decodeTokens, 8));
     if (model.numerics().kernels == Kernels::Torch) {
         Numerics matrixVector;
         matrixVector.matrixVectorDecode = true;  // the same weight tensors, other decode kernels

@@ -29,6 +29,9 @@ struct BenchRow {
     std::string dtype, kernels;
     double prefillSeconds = 0, prefillTokensPerSecond = 0;
     double decodeTokensPerSecond = 0;
+    // A decode step's linear layers alone, timed in the step's order with the step's calls (one row,
+    // weights from memory): the part of a step that streams weights; the rest is everything else.
+    double decodeLinearsSecondsPerStep = 0;
     double decodeMatrixVectorTokensPerSecond = 0;  // torch kernels with --decode-kernel mv; 0 otherwise
     double rebuildTokensPerSecond = 0;   // the prompt's first ids fed one forward per token
     double weightBytesPerToken = 0;      // bytes of weights one decode step must read

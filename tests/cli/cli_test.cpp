@@ -54,7 +54,8 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
     ASSERT_EQ(j["rows"].size(), 4u);  // fp32, bf16 x torch, invariant
     for (const auto& row : j["rows"]) {
         for (const char* key : {"prefill_tokens_per_s", "decode_tokens_per_s", "rebuild_tokens_per_s",
-                                "bandwidth_bound_tokens_per_s", "decode_fraction_of_bound", "prefill_over_rebuild"})
+                                "bandwidth_bound_tokens_per_s", "decode_fraction_of_bound", "prefill_over_rebuild",
+                                "decode_step_ms", "decode_linears_ms", "decode_linears_gb_per_s"})
             EXPECT_GT(row[key].get<double>(), 0.0) << key << " " << row.dump();
         EXPECT_EQ(row["decode_mv_tokens_per_s"].get<double>() > 0, row["kernels"] == "torch") << row.dump();
     }
