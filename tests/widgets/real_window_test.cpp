@@ -144,10 +144,19 @@ TEST_F(RealWindow, OpenALedgerFilterSelectHoverClickAndTransplantWithTheMouse) {
 TEST_F(RealWindow, EscCancelsARunningBatch) {
     const LedgerFixture& f = ledgerFixture();
     test::TempDir dir;
+    // The fixture's experiment with 1024 new tokens an item: seconds of work, so that the batch is
+    // still running when the window sees it start (the fixture's 64 tokens finished all 12 items
+    // before that, once, with other test processes busy on both cores).
+    const std::string experiment = dir.file("long.toml");
+    test::writeTextFile(experiment, "name = \"long\"\n[model]\ndir = \"" + f.model + "\"\n[dataset]\npath = \"" +
+                                        test::testDataDir() +
+                                        "/../../experiments/data/arith12.jsonl\"\n"
+                                        "[generation]\nmax_new_tokens = 1024\nignore_eos = true\n[boundary]\n"
+                                        "rule = \"fraction\"\nfraction = 0.5\n[protocols]\nrun = [\"matched\"]\n");
     QSignalSpy started(window_.worker(), &ModelWorker::started);
     QSignalSpy cancelled(&window_, &MainWindow::taskCancelled);
     QSignalSpy failed(&window_, &MainWindow::taskFailed);
-    window_.runBatch(QString::fromStdString(f.experiment), QString::fromStdString(dir.file("batch.db")));
+    window_.runBatch(QString::fromStdString(experiment), QString::fromStdString(dir.file("batch.db")));
     ASSERT_TRUE(waitFor([&] { return started.count() > 0; }));
     ASSERT_TRUE(window_.busy());
     QTest::keyClick(&window_, Qt::Key_Escape);
