@@ -6,8 +6,9 @@
 //   V::fma(a, b, acc) = a*b + acc rounded once, v.sum() = the fixed lane tree, v.store(float*),
 //   V::kRows x V::kCols: the tile of (rows x outputs) accumulators that fits its registers,
 //   V::kDecodeCols, V::kDecodePairCols: outputs per tile for a single row, in either order,
-//   V::kPanelFromRows: from how many rows linear runs as panelLinear (0: never), with V::Wide (an
-//   output vector: zero, broadcast, load, fma, add, store) and V::kPanelRows rows per tile,
+//   V::kPanelFromRows: from how many rows linear runs as panelLinear (0: never), V::kPanelForPairs:
+//   whether the laid-out pair order does, with V::Wide (an output vector: kWidth, zero, broadcast,
+//   load, fma, add, store) and V::kPanelRows rows per tile,
 //   V::Pairs: the pair order's step (invariant.h) on 32 bf16 elements, Chunk load(const uint16_t*)
 //   and V dot(x, w, acc); EmulatedPairs<V> below (two FMAs, from V::loadOdd and V::loadEven) or
 //   the dot-product instruction, with V::kNativePairs saying which.
@@ -216,10 +217,10 @@ void panelLinear(const float* x, int64_t rows, int64_t in, const Element* w, flo
     if (!panel)
         return linearTiles<V, V::kRows, V::kCols, LaneSteps<V>>(x, rows, in, w, y, yStride, o0, o1);  // same bits
     for (int64_t o = o0; o < o1; o += P) {
-        for (int c = 0; c < P; ++c) {
+        for (int c = 0; c < P; ++c) {  // each weight row read once, in order (the panel stays in L2)
             const Element* row = o + c < o1 ? w + (o + c) * in : nullptr;
-            for (int64_t j = 0; j < kLanes; ++j)
-                for (int64_t t = 0; t < T; ++t) {
+            for (int64_t t = 0; t < T; ++t)
+                for (int64_t j = 0; j < kLanes; ++j) {
                     const int64_t i = t * kLanes + j;
                     panel[(j * T + t) * P + c] = row && i < in ? widened(row[i]) : 0.0f;
                 }
@@ -232,7 +233,7 @@ void panelLinear(const float* x, int64_t rows, int64_t in, const Element* w, flo
                 const int64_t t1 = smaller(T, t0 + kChunk);
                 for (int64_t j = 0; j < kLanes; ++j) {
                     W acc[R][2];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
                     for (int k = 0; k < R; ++k)
 #pragma GCC unroll 2
                         for (int h = 0; h < 2; ++h)
@@ -243,14 +244,14 @@ void panelLinear(const float* x, int64_t rows, int64_t in, const Element* w, flo
                     for (int64_t t = t0; t < end; ++t) {
                         const float* wp = panel + (j * T + t) * P;
                         const W w0 = W::load(wp), w1 = W::load(wp + W::kWidth);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
                         for (int k = 0; k < R; ++k) {
                             const W b = W::broadcast(xs[k][t * kLanes + j]);
                             acc[k][0] = W::fma(b, w0, acc[k][0]);
                             acc[k][1] = W::fma(b, w1, acc[k][1]);
                         }
                     }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
                     for (int k = 0; k < R; ++k)
 #pragma GCC unroll 2
                         for (int h = 0; h < 2; ++h) acc[k][h].store(&part[j][k][h * W::kWidth]);
@@ -332,7 +333,10 @@ void linearPairs(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w,
         for (int64_t o = o0; o < o1; o += kOutputBlock) {
             const int64_t block = smaller(kOutputBlock, o1 - o);
             layOutPairs(w + o * in, block, in, ws);
-            linear<V>(xs, rows, padded, ws, y + o, yStride, 0, block);
+            if constexpr (V::kPanelForPairs)
+                panelLinear<V>(xs, rows, padded, ws, y + o, yStride, 0, block);
+            else
+                linear<V>(xs, rows, padded, ws, y + o, yStride, 0, block);
         }
     } else {  // out of memory: the same bits, slower
         linearTiles<V, V::kRows, V::kCols, PairSteps<V>>(x, rows, in, w, y, yStride, o0, o1);
