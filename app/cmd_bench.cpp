@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 
 namespace kvscope::cli {
 namespace {
@@ -15,6 +16,15 @@ std::string defaultCacheDir() {
     if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/kvscope";
     if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/kvscope";
     return "/tmp/kvscope-cache";
+}
+
+// A prefill row of the invariant kernels against their multiply-add rate in its order (bf16: the
+// pair order); nothing for torch's kernels (other instructions, AMX included) or a decode row.
+std::optional<double> fractionOfPeak(const BenchReport& r, const KernelRow& k) {
+    if (k.kernels != "invariant" || k.rows == 1) return std::nullopt;
+    const double peak = k.dtype == "bf16" ? r.pairFlopsPerSecond : r.laneFlopsPerSecond;
+    if (peak <= 0) return std::nullopt;
+    return k.flopsPerSecond / peak;
 }
 
 nlohmann::json reportToJson(const BenchReport& r) {
@@ -42,7 +52,9 @@ nlohmann::json reportToJson(const BenchReport& r) {
                               {"out", k.out},
                               {"seconds", k.seconds},
                               {"weight_gb_per_s", k.weightBytesPerSecond / 1e9},
-                              {"gflop_per_s", k.flopsPerSecond / 1e9}});
+                              {"gflop_per_s", k.flopsPerSecond / 1e9},
+                              {"fraction_of_peak", fractionOfPeak(r, k) ? nlohmann::json(*fractionOfPeak(r, k))
+                                                                        : nlohmann::json(nullptr)}});
     return {{"model", r.modelDir},
             {"threads", r.threads},
             {"libtorch", r.libtorch},
@@ -51,6 +63,8 @@ nlohmann::json reportToJson(const BenchReport& r) {
             {"read_bandwidth_gb_per_s", r.readBandwidthBytesPerSecond / 1e9},
             {"triad_bandwidth_gb_per_s", r.triadBandwidthBytesPerSecond / 1e9},
             {"bound_bandwidth_gb_per_s", r.boundBandwidthBytesPerSecond / 1e9},
+            {"peak_pair_order_gflop_per_s", r.pairFlopsPerSecond / 1e9},
+            {"peak_lane_order_gflop_per_s", r.laneFlopsPerSecond / 1e9},
             {"rows", rows},
             {"kernel_rows", kernelRows}};
 }
@@ -60,9 +74,13 @@ void printReport(const BenchReport& r) {
                 r.libtorch.c_str(), r.cpuFeatures.c_str(), r.kernelPath.c_str(), r.threads);
     std::printf(
         "bandwidth: read %.1f GB/s (1, 2 or 4 streams a thread), triad %.1f GB/s (vectorised, %d threads, best of 5); "
-        "bound: %.1f GB/s\n\n",
+        "bound: %.1f GB/s\n",
         r.readBandwidthBytesPerSecond / 1e9, r.triadBandwidthBytesPerSecond / 1e9, r.threads,
         r.boundBandwidthBytesPerSecond / 1e9);
+    std::printf(
+        "compute: pair order %.1f GFLOP/s, 16-lane order %.1f GFLOP/s (the invariant kernels' multiply-adds from "
+        "registers, %d threads, best of 3)\n\n",
+        r.pairFlopsPerSecond / 1e9, r.laneFlopsPerSecond / 1e9, r.threads);
     std::printf("%-5s %-9s %12s %12s %10s %12s %9s %10s %12s %9s\n", "dtype", "kernels", "prefill t/s", "decode t/s",
                 "decode mv", "rebuild t/s", "pf/rebld", "weights", "bound t/s", "of bound");
     for (const auto& row : r.rows) {
@@ -89,14 +107,19 @@ void printReport(const BenchReport& r) {
         "A decode step: its linear layers timed alone (the step's calls in its order, weights from memory), and\n"
         "the rest (norms, RoPE, attention, cache writes, sampling, the threads' hand-offs).\n");
     if (r.kernelRows.empty()) return;
-    std::printf("\n%-5s %-9s %-10s %5s %7s %7s %10s %10s %10s\n", "dtype", "kernels", "linear", "rows", "in", "out",
-                "ms", "GB/s", "GFLOP/s");
-    for (const auto& k : r.kernelRows)
-        std::printf("%-5s %-9s %-10s %5lld %7lld %7lld %10.3f %10.1f %10.1f\n", k.dtype.c_str(), k.kernels.c_str(),
+    std::printf("\n%-5s %-9s %-10s %5s %7s %7s %10s %10s %10s %8s\n", "dtype", "kernels", "linear", "rows", "in", "out",
+                "ms", "GB/s", "GFLOP/s", "of peak");
+    for (const auto& k : r.kernelRows) {
+        char peak[16] = "-";
+        if (const auto fraction = fractionOfPeak(r, k)) std::snprintf(peak, sizeof peak, "%.0f%%", 100.0 * *fraction);
+        std::printf("%-5s %-9s %-10s %5lld %7lld %7lld %10.3f %10.1f %10.1f %8s\n", k.dtype.c_str(), k.kernels.c_str(),
                     k.shape.c_str(), static_cast<long long>(k.rows), static_cast<long long>(k.in),
                     static_cast<long long>(k.out), k.seconds * 1e3, k.weightBytesPerSecond / 1e9,
-                    k.flopsPerSecond / 1e9);
-    std::printf("GB/s: weight bytes read per second (what bounds rows = 1); GFLOP/s: what bounds a prefill.\n");
+                    k.flopsPerSecond / 1e9, peak);
+    }
+    std::printf(
+        "GB/s: weight bytes read per second (what bounds rows = 1; a layer's weights fit the caches here, the\n"
+        "lm_head's do not); GFLOP/s: what bounds a prefill; of peak: against the compute line above.\n");
 }
 
 }  // namespace

@@ -55,6 +55,9 @@ struct BenchReport {
     double readBandwidthBytesPerSecond = 0;   // vectorised read of one large array, best of passes and streams
     double triadBandwidthBytesPerSecond = 0;  // STREAM triad, best of passes
     double boundBandwidthBytesPerSecond = 0;  // the larger: what a decode step can at best stream
+    // The invariant kernels' arithmetic ceiling here (FLOP = 2 per multiply-add), in each order: what
+    // bounds a prefill's linears (measureMultiplyAdds).
+    double pairFlopsPerSecond = 0, laneFlopsPerSecond = 0;
     int threads = 0;
     std::vector<BenchRow> rows;
     std::vector<KernelRow> kernelRows;
@@ -69,6 +72,10 @@ struct Bandwidth {
 // as 1, 2 and 4 sequential streams side by side (the best of them: one stream per core under-reads
 // a machine whose prefetchers keep few misses in flight per stream).
 Bandwidth measureBandwidth(std::size_t bytesPerArray = 256u << 20, int passes = 5);
+
+// The invariant kernels' multiply-adds per second from registers, on as many threads as libtorch
+// computes with, in the pair order or the 16-lane order; best of `passes`, FLOP per second.
+double measureMultiplyAdds(bool pairs, int passes = 3);
 
 BenchReport runBenchmark(const BenchOptions& options, const std::function<void(const std::string&)>& log);
 

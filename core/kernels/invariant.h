@@ -75,5 +75,11 @@ void triad(Isa isa, float* a, const float* b, const float* c, float s, int64_t n
 // Reads x once as `streams` sequential streams side by side (n: a multiple of 64 * streams), as a
 // decode step reads its weights (invariant_impl.h's kDecodeStreams).
 float readAll(Isa isa, const float* x, int64_t n, int64_t streams);
+// The arithmetic ceiling of a path, for `kvscope bench`: `rounds` rounds of independent steps on
+// values held in registers, as many chains as the path's linear tile keeps (no memory traffic), in
+// the pair order (VDPBF16PS, or its two FMAs) or the 16-lane order (one FMA per lane). Returns the
+// multiply-adds done (32 per pair step, 16 per lane step); `sink` gets a sum that keeps them
+// observable.
+int64_t multiplyAdds(Isa isa, int64_t rounds, bool pairs, float* sink);
 
 }  // namespace kvscope::kernels

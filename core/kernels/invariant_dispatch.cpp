@@ -19,6 +19,7 @@ namespace kvscope::kernels {
     float sumOfSquares(const float*, int64_t);                                                          \
     void triad(float*, const float*, const float*, float, int64_t);                                     \
     float readAll(const float*, int64_t, int64_t);                                                      \
+    int64_t multiplyAdds(int64_t, bool, float*);                                                        \
     int64_t panelFromRows();                                                                            \
     }
 KVSCOPE_DECLARE_PATH(scalar)
@@ -138,6 +139,9 @@ void triad(Isa isa, float* a, const float* b, const float* c, float s, int64_t n
 }
 float readAll(Isa isa, const float* x, int64_t n, int64_t streams) {
     return KVSCOPE_ON_PATH(isa, readAll(x, n, streams));
+}
+int64_t multiplyAdds(Isa isa, int64_t rounds, bool pairs, float* sink) {
+    return KVSCOPE_ON_PATH(isa, multiplyAdds(rounds, pairs, sink));
 }
 bool widensWeightsItself(Isa isa, int64_t rows) {
     const int64_t from = KVSCOPE_ON_PATH(isa, panelFromRows());

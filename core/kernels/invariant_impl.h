@@ -409,6 +409,34 @@ float readAll(const float* x, int64_t n, int64_t streams) {
     return acc[0].sum() + acc[1].sum() + acc[2].sum() + acc[3].sum();
 }
 
+// Chains of V::kRows x V::kCols accumulators, the count the linear tile keeps busy, each advanced
+// `rounds` times by the same step; the FMAs cannot be merged (fp32 is not associative, and nothing
+// here is contracted), so every one is executed.
+template <typename V>
+int64_t multiplyAdds(int64_t rounds, bool pairs, float* sink) {
+    constexpr int kChains = V::kRows * V::kCols;
+    V acc[kChains];
+#pragma GCC unroll 16
+    for (int c = 0; c < kChains; ++c) acc[c] = V::zero();
+    uint16_t small[2 * kLanes];  // 2^-20: sums that stay finite however long the probe runs
+    for (uint16_t& e : small) e = 0x35C0;
+    if (pairs) {
+        const auto x = V::Pairs::load(small);
+        for (int64_t i = 0; i < rounds; ++i)
+#pragma GCC unroll 16
+            for (int c = 0; c < kChains; ++c) acc[c] = V::Pairs::dot(x, x, acc[c]);
+    } else {
+        const V x = V::load(small);
+        for (int64_t i = 0; i < rounds; ++i)
+#pragma GCC unroll 16
+            for (int c = 0; c < kChains; ++c) acc[c] = V::fma(x, x, acc[c]);
+    }
+    float total = 0;
+    for (int c = 0; c < kChains; ++c) total += acc[c].sum();
+    *sink = total;
+    return rounds * kChains * (pairs ? 2 : 1) * kLanes;
+}
+
 template <typename V>
 float sumOfSquares(const float* x, int64_t n) {
     float out = 0;
@@ -444,5 +472,8 @@ float sumOfSquares(const float* x, int64_t n) {
     float sumOfSquares(const float* x, int64_t n) { return impl::sumOfSquares<V>(x, n); }                              \
     void triad(float* a, const float* b, const float* c, float s, int64_t n) { impl::triad<V>(a, b, c, s, n); }        \
     float readAll(const float* x, int64_t n, int64_t streams) { return impl::readAll<V>(x, n, streams); }              \
+    int64_t multiplyAdds(int64_t rounds, bool pairs, float* sink) {                                                    \
+        return impl::multiplyAdds<V>(rounds, pairs, sink);                                                             \
+    }                                                                                                                  \
     int64_t panelFromRows() { return V::kPanelFromRows; }                                                              \
     }

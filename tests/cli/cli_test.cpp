@@ -47,7 +47,8 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
     ASSERT_EQ(r.exitCode, 0) << r.err;
     const auto j = nlohmann::json::parse(r.out);
     EXPECT_EQ(j["threads"], 1);
-    for (const char* key : {"read_bandwidth_gb_per_s", "triad_bandwidth_gb_per_s", "bound_bandwidth_gb_per_s"})
+    for (const char* key : {"read_bandwidth_gb_per_s", "triad_bandwidth_gb_per_s", "bound_bandwidth_gb_per_s",
+                            "peak_pair_order_gflop_per_s", "peak_lane_order_gflop_per_s"})
         EXPECT_GT(j[key].get<double>(), 0.0) << key;
     EXPECT_EQ(j["bound_bandwidth_gb_per_s"].get<double>(),
               std::max(j["read_bandwidth_gb_per_s"].get<double>(), j["triad_bandwidth_gb_per_s"].get<double>()));
@@ -59,8 +60,16 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
             EXPECT_GT(row[key].get<double>(), 0.0) << key << " " << row.dump();
         EXPECT_EQ(row["decode_mv_tokens_per_s"].get<double>() > 0, row["kernels"] == "torch") << row.dump();
     }
-    // Six shapes at one row and five (no lm_head) at the prompt's rows, for each of the four rows above.
+    // Six shapes at one row and five (no lm_head) at the prompt's rows, for each of the four rows above;
+    // the invariant kernels' prefill rows against their multiply-add rate, nothing else.
     EXPECT_EQ(j["kernel_rows"].size(), 4u * 11u);
+    for (const auto& k : j["kernel_rows"]) {
+        const bool measured = k["kernels"] == "invariant" && k["rows"].get<int>() > 1;
+        EXPECT_EQ(k["fraction_of_peak"].is_number(), measured) << k.dump();
+        if (measured) {
+            EXPECT_GT(k["fraction_of_peak"].get<double>(), 0.0) << k.dump();
+        }
+    }
     const auto only =
         runCli("bench --model " + model() +
                " --prompt-tokens 4 --decode-tokens 1 --rebuild-tokens 1 --dtypes bf16 --kernels invariant "
