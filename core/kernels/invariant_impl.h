@@ -370,17 +370,29 @@ void attentionOne(const AttentionArgs<Element>& a, int64_t s, int64_t h, float* 
         total += scores[t];
     }
 
+    // Each feature's sum runs over the keys in order, one FMA chain per 16 features; the chains of
+    // up to kBlocks feature blocks advance together, so a long cache is not one FMA latency per key
+    // and block (a head of 64 features: 4 chains side by side instead of 4 passes).
     float* out = a.out + (s * a.Q + h) * D;
-    for (int64_t d = 0; d < D; d += kLanes) {
-        const int64_t width = smaller(kLanes, D - d);
-        V acc = V::zero();
+    constexpr int64_t kBlocks = 4;
+    for (int64_t d0 = 0; d0 < D; d0 += kBlocks * kLanes) {
+        const int64_t full = smaller(kBlocks, (D - d0) / kLanes);  // whole 16-feature blocks
+        const int64_t tail = full < kBlocks ? smaller(kLanes, D - d0 - full * kLanes) : 0;  // then a partial one
+        V acc[kBlocks] = {V::zero(), V::zero(), V::zero(), V::zero()};
         for (int64_t t = 0; t < n; ++t) {
-            const Element* v = values + t * D + d;
-            acc = V::fma(V::broadcast(scores[t]), width == kLanes ? V::load(v) : loadPadded<V>(v, width), acc);
+            const Element* v = values + t * D + d0;
+            const V p = V::broadcast(scores[t]);
+#pragma GCC unroll 4
+            for (int64_t b = 0; b < kBlocks; ++b)
+                if (b < full) acc[b] = V::fma(p, V::load(v + b * kLanes), acc[b]);
+            if (tail > 0) acc[full] = V::fma(p, loadPadded<V>(v + full * kLanes, tail), acc[full]);
         }
-        float lanes[kLanes];
-        acc.store(lanes);
-        for (int64_t j = 0; j < width; ++j) out[d + j] = lanes[j] / total;
+        for (int64_t b = 0; b < full + (tail > 0 ? 1 : 0); ++b) {
+            float lanes[kLanes];
+            acc[b].store(lanes);
+            const int64_t width = b < full ? kLanes : tail;
+            for (int64_t j = 0; j < width; ++j) out[d0 + b * kLanes + j] = lanes[j] / total;
+        }
     }
 }
 
