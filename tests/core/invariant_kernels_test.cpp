@@ -105,16 +105,25 @@ float pairOrderDot(const torch::Tensor& x, const torch::Tensor& w) {  // [n] bf1
 
 TEST(InvariantKernels, Bf16LinearsTakeThePairOrderOfTheBf16DotProduct) {
     torch::manual_seed(6);
-    for (const int64_t in : {1, 31, 32, 33, 100, 903}) {
-        const torch::Tensor x = randomTensor({3, in}, torch::kBFloat16), w = randomTensor({5, in}, torch::kBFloat16);
-        std::vector<Isa> paths = vectorPaths();
-        paths.push_back(Isa::Scalar);
-        for (const Isa isa : paths) {
-            const torch::Tensor y = kernels::linear(x, w, {}, torch::kFloat32, isa);
-            for (int64_t r = 0; r < 3; ++r)
-                for (int64_t o = 0; o < 5; ++o)
-                    EXPECT_EQ(y[r][o].item<float>(), pairOrderDot(x[r], w[o]))
-                        << kernels::isaName(isa) << " in=" << in << " row " << r << " output " << o;
+    // 3 rows: dot-product tiles on every path; 40: without VDPBF16PS, the 16-lane order over laid-out
+    // copies (invariant_impl.h's linearPairs), checked on its first, a middle and its last row; two
+    // projections of one input in one call (one parallel region) give each its own outputs' bits.
+    for (const int64_t rows : {3, 40}) {
+        for (const int64_t in : {1, 31, 32, 33, 100, 903}) {
+            const torch::Tensor x = randomTensor({rows, in}, torch::kBFloat16);
+            const torch::Tensor w = randomTensor({5, in}, torch::kBFloat16);
+            std::vector<Isa> paths = vectorPaths();
+            paths.push_back(Isa::Scalar);
+            for (const Isa isa : paths) {
+                const auto ys = kernels::linears(x, {{w, {}}, {w.flip(0), {}}}, torch::kFloat32, isa);
+                for (const int64_t r : {int64_t{0}, rows / 2, rows - 1})
+                    for (int64_t o = 0; o < 5; ++o) {
+                        EXPECT_EQ(ys[0][r][o].item<float>(), pairOrderDot(x[r], w[o]))
+                            << kernels::isaName(isa) << " in=" << in << " rows=" << rows << " row " << r << " output "
+                            << o;
+                        EXPECT_EQ(ys[1][r][4 - o].item<float>(), ys[0][r][o].item<float>()) << kernels::isaName(isa);
+                    }
+            }
         }
     }
 }
