@@ -59,10 +59,10 @@ double decodeRate(const Transformer& model, const KvCache& cache, const torch::T
 }
 
 // One decode step's linear layers and nothing else, seconds per step (the mean of `steps` after
-// one untimed, as decodeRate takes the mean): every layer's projections for one row in the order and with the calls a step makes
-// them (the invariant kernels' fused q/k/v and gate/up regions; torch kernels' linear per weight),
-// then the lm_head. The weights come from memory as in a step (the model's are far larger than
-// the caches), so this is the step's weight stream without the work between the projections.
+// one untimed, as decodeRate takes the mean): every layer's projections for one row, in the order
+// and with the calls a step makes them (the invariant kernels' fused q/k/v and gate/up regions;
+// torch kernels' linear per weight), then the lm_head. The weights come from memory as in a step
+// (the model's are far larger than the caches): the step's weight stream without the work between.
 double decodeLinearsSeconds(const Transformer& model, int64_t steps) {
     const Weights& w = model.weights();
     const ModelConfig& c = model.config();
