@@ -43,7 +43,8 @@ nlohmann::json reportToJson(const BenchReport& r) {
                         {"decode_step_ms", 1e3 / row.decodeTokensPerSecond},
                         {"decode_linears_ms", 1e3 * row.decodeLinearsSecondsPerStep},
                         {"decode_linears_gb_per_s", row.weightBytesPerToken / row.decodeLinearsSecondsPerStep / 1e9}});
-    for (const auto& k : r.kernelRows)
+    for (const auto& k : r.kernelRows) {
+        const std::optional<double> fraction = fractionOfPeak(r, k);
         kernelRows.push_back({{"dtype", k.dtype},
                               {"kernels", k.kernels},
                               {"shape", k.shape},
@@ -53,8 +54,8 @@ nlohmann::json reportToJson(const BenchReport& r) {
                               {"seconds", k.seconds},
                               {"weight_gb_per_s", k.weightBytesPerSecond / 1e9},
                               {"gflop_per_s", k.flopsPerSecond / 1e9},
-                              {"fraction_of_peak", fractionOfPeak(r, k) ? nlohmann::json(*fractionOfPeak(r, k))
-                                                                        : nlohmann::json(nullptr)}});
+                              {"fraction_of_peak", fraction ? nlohmann::json(*fraction) : nlohmann::json(nullptr)}});
+    }
     return {{"model", r.modelDir},
             {"threads", r.threads},
             {"libtorch", r.libtorch},

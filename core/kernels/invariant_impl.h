@@ -378,7 +378,9 @@ void attentionOne(const AttentionArgs<Element>& a, int64_t s, int64_t h, float* 
     for (int64_t d0 = 0; d0 < D; d0 += kBlocks * kLanes) {
         const int64_t full = smaller(kBlocks, (D - d0) / kLanes);  // whole 16-feature blocks
         const int64_t tail = full < kBlocks ? smaller(kLanes, D - d0 - full * kLanes) : 0;  // then a partial one
-        V acc[kBlocks] = {V::zero(), V::zero(), V::zero(), V::zero()};
+        V acc[kBlocks];
+#pragma GCC unroll 4
+        for (int64_t b = 0; b < kBlocks; ++b) acc[b] = V::zero();
         for (int64_t t = 0; t < n; ++t) {
             const Element* v = values + t * D + d0;
             const V p = V::broadcast(scores[t]);
