@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <optional>
+#include <string>
 
 namespace kvscope::cli {
 namespace {
@@ -64,6 +65,8 @@ nlohmann::json reportToJson(const BenchReport& r) {
             {"read_bandwidth_gb_per_s", r.readBandwidthBytesPerSecond / 1e9},
             {"triad_bandwidth_gb_per_s", r.triadBandwidthBytesPerSecond / 1e9},
             {"bound_bandwidth_gb_per_s", r.boundBandwidthBytesPerSecond / 1e9},
+            {"bandwidth_array_mib", static_cast<double>(r.bandwidthArrayBytes >> 20)},
+            {"last_level_cache_mib", static_cast<double>(r.lastLevelCacheBytes) / (1 << 20)},
             {"peak_pair_order_gflop_per_s", r.pairFlopsPerSecond / 1e9},
             {"peak_lane_order_gflop_per_s", r.laneFlopsPerSecond / 1e9},
             {"rows", rows},
@@ -78,6 +81,11 @@ void printReport(const BenchReport& r) {
         "bound: %.1f GB/s\n",
         r.readBandwidthBytesPerSecond / 1e9, r.triadBandwidthBytesPerSecond / 1e9, r.threads,
         r.boundBandwidthBytesPerSecond / 1e9);
+    std::printf(
+        "bandwidth arrays: %zu MiB each (STREAM's rule: 4x the last-level cache, %s; 256 MiB to 1/8 of memory)\n",
+        r.bandwidthArrayBytes >> 20,
+        r.lastLevelCacheBytes > 0 ? (std::to_string(r.lastLevelCacheBytes >> 20) + " MiB here").c_str()
+                                  : "unknown here");
     std::printf(
         "compute: pair order %.1f GFLOP/s, 16-lane order %.1f GFLOP/s (the invariant kernels' multiply-adds from "
         "registers, %d threads, best of 3)\n\n",

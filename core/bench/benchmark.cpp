@@ -12,8 +12,11 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <thread>
+
+#include <unistd.h>
 
 namespace kvscope {
 namespace {
@@ -196,6 +199,36 @@ std::vector<KernelRow> measureKernels(const Transformer& model, int64_t prefillR
 
 }  // namespace
 
+std::size_t streamArrayBytes(std::size_t lastLevelCache, std::size_t physicalMemory) {
+    constexpr std::size_t kAtLeast = std::size_t{256} << 20;
+    return std::max(kAtLeast, std::min(4 * lastLevelCache, physicalMemory / 8));
+}
+
+std::size_t lastLevelCacheBytes() {
+    // index*/level and size ("491520K", "32M") for each cache of CPU 0; the highest level wins.
+    namespace fs = std::filesystem;
+    std::error_code error;
+    int bestLevel = 0;
+    std::size_t bestBytes = 0;
+    for (const auto& entry : fs::directory_iterator("/sys/devices/system/cpu/cpu0/cache", error)) {
+        std::ifstream levelFile(entry.path() / "level"), sizeFile(entry.path() / "size");
+        int level = 0;
+        std::size_t amount = 0;
+        std::string unit;
+        if (!(levelFile >> level) || !(sizeFile >> amount)) continue;
+        sizeFile >> unit;
+        const std::size_t bytes = amount << (unit == "K" ? 10 : unit == "M" ? 20 : unit == "G" ? 30 : 0);
+        if (level > bestLevel) bestLevel = level, bestBytes = bytes;
+    }
+    return bestBytes;
+}
+
+std::size_t physicalMemoryBytes() {
+    const long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGESIZE);
+    return pages > 0 && pageSize > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(pageSize)
+                                     : std::size_t{8} << 30;
+}
+
 Bandwidth measureBandwidth(std::size_t bytesPerArray, int passes) {
     const int64_t n = static_cast<int64_t>(bytesPerArray / sizeof(float)) / 256 * 256;
     const int threads = std::max(1, at::get_num_threads());
@@ -255,8 +288,11 @@ BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const s
     report.libtorch = libtorchVersion() + " (" + libtorchLibraryPath() + ")";
     report.cpuFeatures = cpuVectorFeatures();
     report.kernelPath = kernels::isaName(kernels::bestIsa());
-    log("measuring memory bandwidth (read and triad, " + std::to_string(report.threads) + " threads)");
-    const Bandwidth bandwidth = measureBandwidth();
+    report.lastLevelCacheBytes = lastLevelCacheBytes();
+    report.bandwidthArrayBytes = streamArrayBytes(report.lastLevelCacheBytes, physicalMemoryBytes());
+    log("measuring memory bandwidth (read and triad, " + std::to_string(report.threads) + " threads, arrays of " +
+        std::to_string(report.bandwidthArrayBytes >> 20) + " MiB)");
+    const Bandwidth bandwidth = measureBandwidth(report.bandwidthArrayBytes);
     report.readBandwidthBytesPerSecond = bandwidth.read;
     report.triadBandwidthBytesPerSecond = bandwidth.triad;
     report.boundBandwidthBytesPerSecond = std::max(bandwidth.read, bandwidth.triad);

@@ -55,6 +55,8 @@ struct BenchReport {
     double readBandwidthBytesPerSecond = 0;   // vectorised read of one large array, best of passes and streams
     double triadBandwidthBytesPerSecond = 0;  // STREAM triad, best of passes
     double boundBandwidthBytesPerSecond = 0;  // the larger: what a decode step can at best stream
+    std::size_t lastLevelCacheBytes = 0;      // 0 where the system does not say
+    std::size_t bandwidthArrayBytes = 0;      // each probe array (streamArrayBytes)
     // The invariant kernels' arithmetic ceiling here (FLOP = 2 per multiply-add), in each order: what
     // bounds a prefill's linears (measureMultiplyAdds).
     double pairFlopsPerSecond = 0, laneFlopsPerSecond = 0;
@@ -66,12 +68,22 @@ struct BenchReport {
 struct Bandwidth {
     double read = 0, triad = 0;  // bytes per second
 };
-// STREAM's method: arrays far larger than the caches (256 MB each), first touched and then streamed
-// by as many threads as libtorch computes with, each its own slice, vectorised loops, best of
-// `passes`. Triad counts two arrays read and one written; read counts one array, read by each thread
-// as 1, 2 and 4 sequential streams side by side (the best of them: one stream per core under-reads
-// a machine whose prefetchers keep few misses in flight per stream).
-Bandwidth measureBandwidth(std::size_t bytesPerArray = 256u << 20, int passes = 5);
+// The size of each bandwidth probe array, by STREAM's rule: at least 4 times the last-level cache,
+// so that no pass can be served from it (at least 256 MiB; at most an eighth of the memory, for the
+// three arrays of the triad). A fixed 256 MiB read fit the 480 MiB L3 of a Sapphire Rapids VM: its
+// read figure then moved between 28.7 and 42.7 GB/s from run to run with what the cache still
+// held, against 32.9-33.4 GB/s at 1.9 GiB.
+std::size_t streamArrayBytes(std::size_t lastLevelCacheBytes, std::size_t physicalMemoryBytes);
+// This machine's last-level cache (the highest cache level of CPU 0, from sysfs); 0 if unknown.
+std::size_t lastLevelCacheBytes();
+// This machine's memory for streamArrayBytes.
+std::size_t physicalMemoryBytes();
+// STREAM's method: arrays far larger than the caches (streamArrayBytes), first touched and then
+// streamed by as many threads as libtorch computes with, each its own slice, vectorised loops, best
+// of `passes`. Triad counts two arrays read and one written; read counts one array, read by each
+// thread as 1, 2 and 4 sequential streams side by side (the best of them: one stream per core
+// under-reads a machine whose prefetchers keep few misses in flight per stream).
+Bandwidth measureBandwidth(std::size_t bytesPerArray, int passes = 5);
 
 // The invariant kernels' multiply-adds per second from registers, on as many threads as libtorch
 // computes with, in the pair order or the 16-lane order; best of `passes`, FLOP per second.

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 // End to end through the real `kvscope` executable.
+#include "core/bench/benchmark.h"
 #include "core/util/version.h"
 #include "support/test_support.h"
 
@@ -39,6 +40,20 @@ TEST(Cli, HelpExistsForEveryCommand) {
     }
 }
 
+TEST(Cli, BenchSizesItsBandwidthArraysByStreamsRule) {
+    constexpr std::size_t MiB = std::size_t{1} << 20, GiB = std::size_t{1} << 30;
+    EXPECT_EQ(streamArrayBytes(480 * MiB, 24 * GiB), 1920 * MiB);  // 4x the cache
+    EXPECT_EQ(streamArrayBytes(32 * MiB, 24 * GiB), 256 * MiB);    // never below 256 MiB
+    EXPECT_EQ(streamArrayBytes(0, 24 * GiB), 256 * MiB);           // cache unknown
+    EXPECT_EQ(streamArrayBytes(480 * MiB, 8 * GiB), 1 * GiB);      // an eighth of the memory at most
+    // The cache sysfs reports, if any, is read in bytes (sizes there are "32K", "2048K", "480M"...).
+    const std::size_t cache = lastLevelCacheBytes();
+    if (cache > 0) {
+        EXPECT_EQ(cache % 1024, 0u) << cache;
+        EXPECT_GE(cache, 64 * 1024u) << cache;
+    }
+}
+
 TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
     // The figures are not checked (a benchmark, not a timed test): the keys, the rows, that a prompt
     // shorter than the old fixed 16-token warm-up runs, and that --threads 1 is what it reports.
@@ -52,6 +67,9 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
         EXPECT_GT(j[key].get<double>(), 0.0) << key;
     EXPECT_EQ(j["bound_bandwidth_gb_per_s"].get<double>(),
               std::max(j["read_bandwidth_gb_per_s"].get<double>(), j["triad_bandwidth_gb_per_s"].get<double>()));
+    EXPECT_EQ(j["bandwidth_array_mib"].get<double>(),
+              static_cast<double>(streamArrayBytes(lastLevelCacheBytes(), physicalMemoryBytes()) >> 20));
+    EXPECT_EQ(j["last_level_cache_mib"].get<double>(), static_cast<double>(lastLevelCacheBytes()) / (1 << 20));
     ASSERT_EQ(j["rows"].size(), 4u);  // fp32, bf16 x torch, invariant
     for (const auto& row : j["rows"]) {
         for (const char* key : {"prefill_tokens_per_s", "decode_tokens_per_s", "rebuild_tokens_per_s",
