@@ -61,6 +61,9 @@ struct Avx2Vec {
     static Avx2Vec fma(const Avx2Vec& a, const Avx2Vec& b, const Avx2Vec& acc) {
         return {_mm256_fmadd_ps(a.lo, b.lo, acc.lo), _mm256_fmadd_ps(a.hi, b.hi, acc.hi)};
     }
+    static Avx2Vec max(const Avx2Vec& a, const Avx2Vec& b) {
+        return {_mm256_max_ps(a.lo, b.lo), _mm256_max_ps(a.hi, b.hi)};
+    }
     float sum() const {
         const __m256 s8 = _mm256_add_ps(lo, hi);                                                // l[j] + l[j+8]
         const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));  // + 4

@@ -69,6 +69,7 @@ struct Avx512Vec {
         return {_mm512_fmadd_ps(a.v, b.v, acc.v)};
     }
     static Avx512Vec add(const Avx512Vec& a, const Avx512Vec& b) { return {_mm512_add_ps(a.v, b.v)}; }
+    static Avx512Vec max(const Avx512Vec& a, const Avx512Vec& b) { return {_mm512_max_ps(a.v, b.v)}; }
     float sum() const {
         const __m256 low = _mm512_castps512_ps256(v);
         const __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));

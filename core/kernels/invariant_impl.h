@@ -3,7 +3,8 @@
 // The batch-invariant kernels written once, over a 16-lane vector type V that each instruction-set
 // file supplies (invariant_scalar.cpp, invariant_avx2.cpp, invariant_avx512*.cpp). V provides:
 //   V::zero(), V::load(const float*), V::load(const uint16_t* bf16), V::broadcast(float),
-//   V::fma(a, b, acc) = a*b + acc rounded once, v.sum() = the fixed lane tree, v.store(float*),
+//   V::fma(a, b, acc) = a*b + acc rounded once, V::max(a, b) per lane, v.sum() = the fixed lane
+//   tree, v.store(float*),
 //   V::kRows x V::kCols: the tile of (rows x outputs) accumulators that fits its registers,
 //   V::kDecodeCols, V::kDecodePairCols: outputs per tile for a single row, in either order,
 //   V::kPanelFromRows: from how many rows linear runs as panelLinear (0: never), V::kPanelForPairs:
@@ -345,6 +346,39 @@ void linearPairs(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w,
     free(ws);
 }
 
+// The largest of x[0, n). Any order finds the same one, so 16 lanes compare side by side (a chain of
+// one compare per key was 14% of attention's time). A NaN among them makes every output of the
+// softmax NaN whichever value this returns.
+template <typename V>
+float largest(const float* x, int64_t n) {
+    V top = V::broadcast(x[0]);
+    int64_t t = 0;
+    for (; t + kLanes <= n; t += kLanes) top = V::max(top, V::load(x + t));
+    float lanes[kLanes];
+    top.store(lanes);
+    float best = lanes[0];
+    for (int64_t j = 1; j < kLanes; ++j) best = lanes[j] > best ? lanes[j] : best;
+    for (; t < n; ++t) best = x[t] > best ? x[t] : best;
+    return best;
+}
+
+// acc[b] = sum over keys t in order of weights[t] * values[t * D + 16 b + lane], B chains side by
+// side in registers (with a run-time block count the compiler kept them on the stack, a store and a
+// load around every FMA).
+template <typename V, int B, typename Element>
+void sumValues(const float* weights, const Element* values, int64_t D, int64_t n, V* acc) {
+    V sums[B];
+#pragma GCC unroll 8
+    for (int b = 0; b < B; ++b) sums[b] = V::zero();
+    for (int64_t t = 0; t < n; ++t) {
+        const V p = V::broadcast(weights[t]);
+#pragma GCC unroll 8
+        for (int b = 0; b < B; ++b) sums[b] = V::fma(p, V::load(values + t * D + b * kLanes), sums[b]);
+    }
+#pragma GCC unroll 8
+    for (int b = 0; b < B; ++b) acc[b] = sums[b];
+}
+
 // One (query row, head) pair: scores over keys 0..p, softmax (max, then exp and sum in key order),
 // then the weighted sum of values accumulated per feature in key order and divided by the sum.
 template <typename V, typename Element>
@@ -362,8 +396,7 @@ void attentionOne(const AttentionArgs<Element>& a, int64_t s, int64_t h, float* 
         dotTile<V, 1, kKeys, LaneSteps<V>>(&q, kp, D, tile);
         for (int c = 0; c < kKeys && t + c < n; ++c) scores[t + c] = tile[c] * a.scale;
     }
-    float highest = scores[0];
-    for (int64_t t = 1; t < n; ++t) highest = scores[t] > highest ? scores[t] : highest;
+    const float highest = largest<V>(scores, n);
     float total = 0;
     for (int64_t t = 0; t < n; ++t) {
         scores[t] = expf(scores[t] - highest);
@@ -379,15 +412,19 @@ void attentionOne(const AttentionArgs<Element>& a, int64_t s, int64_t h, float* 
         const int64_t full = smaller(kBlocks, (D - d0) / kLanes);  // whole 16-feature blocks
         const int64_t tail = full < kBlocks ? smaller(kLanes, D - d0 - full * kLanes) : 0;  // then a partial one
         V acc[kBlocks];
+        if (full == kBlocks) {
+            sumValues<V, kBlocks>(scores, values + d0, D, n, acc);
+        } else {  // a head size that is not a multiple of kBlocks * 16: the same chains, in memory
 #pragma GCC unroll 4
-        for (int64_t b = 0; b < kBlocks; ++b) acc[b] = V::zero();
-        for (int64_t t = 0; t < n; ++t) {
-            const Element* v = values + t * D + d0;
-            const V p = V::broadcast(scores[t]);
+            for (int64_t b = 0; b < kBlocks; ++b) acc[b] = V::zero();
+            for (int64_t t = 0; t < n; ++t) {
+                const Element* v = values + t * D + d0;
+                const V p = V::broadcast(scores[t]);
 #pragma GCC unroll 4
-            for (int64_t b = 0; b < kBlocks; ++b)
-                if (b < full) acc[b] = V::fma(p, V::load(v + b * kLanes), acc[b]);
-            if (tail > 0) acc[full] = V::fma(p, loadPadded<V>(v + full * kLanes, tail), acc[full]);
+                for (int64_t b = 0; b < kBlocks; ++b)
+                    if (b < full) acc[b] = V::fma(p, V::load(v + b * kLanes), acc[b]);
+                if (tail > 0) acc[full] = V::fma(p, loadPadded<V>(v + full * kLanes, tail), acc[full]);
+            }
         }
         for (int64_t b = 0; b < full + (tail > 0 ? 1 : 0); ++b) {
             float lanes[kLanes];

@@ -46,6 +46,11 @@ struct ScalarVec {
         for (int j = 0; j < impl::kLanes; ++j) v.lane[j] = std::fma(a.lane[j], b.lane[j], acc.lane[j]);
         return v;
     }
+    static ScalarVec max(const ScalarVec& a, const ScalarVec& b) {
+        ScalarVec v;
+        for (int j = 0; j < impl::kLanes; ++j) v.lane[j] = a.lane[j] > b.lane[j] ? a.lane[j] : b.lane[j];
+        return v;
+    }
     float sum() const {  // the tree: +8, +4, +2, +1
         float s[8];
         for (int j = 0; j < 8; ++j) s[j] = lane[j] + lane[j + 8];
