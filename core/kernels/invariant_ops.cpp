@@ -20,8 +20,8 @@ void requireCpuFloat(const torch::Tensor& t, const char* what) {
 
 // Splits [0, n) between the kernels' threads (as many as --threads), none with fewer than `grain`.
 template <typename Work>
-void parallel(int64_t n, int64_t grain, const Work& work) {
-    parallelFor(n, grain, [&](int64_t begin, int64_t end) { work(begin, end); });
+void parallel(int64_t n, int64_t grain, const Work& work, int64_t steal = 0) {
+    parallelFor(n, grain, [&](int64_t begin, int64_t end) { work(begin, end); }, steal);
 }
 
 // Calls f with a value of the C++ element type of `dtype` (fp32 or bf16). The elementwise steps
@@ -204,10 +204,14 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& keys, const
         a.out = out.data_ptr<float>();
         a.S = S, a.start = start, a.Q = Q, a.KV = KV, a.D = D;
         a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-        parallel(S * Q, 1, [&](int64_t begin, int64_t end) {
-            std::vector<float> scores(static_cast<std::size_t>(start + S));
-            kernels::attention(isa, a, begin, end, scores.data());
-        });
+        // Stealing: with S > 1 the later queries attend to more keys (kernel_threads.h).
+        parallel(
+            S * Q, 1,
+            [&](int64_t begin, int64_t end) {
+                std::vector<float> scores(static_cast<std::size_t>(start + S));
+                kernels::attention(isa, a, begin, end, scores.data());
+            },
+            1);
     };
     if (keys.scalar_type() == torch::kBFloat16)
         run(uint16_t{});

@@ -37,16 +37,42 @@ void relax() {
 struct alignas(64) Slot {
     std::atomic<uint64_t> ticket{0};
     const std::function<void(int64_t, int64_t)>* work = nullptr;
-    int64_t begin = 0, end = 0;
+    int64_t part = 0;
     std::exception_ptr failure;
     std::atomic<bool> sleeping{false};
     std::mutex mutex;  // guards the sleep, nothing else
     std::condition_variable wake;
 };
 
+// What is left of one part, [next, end), packed in one word so that its owner (from the front) and
+// another thread done with its own part (from the back) claim items with one compare-and-swap.
+struct alignas(64) Remainder {
+    std::atomic<uint64_t> span{0};
+
+    static uint64_t pack(int64_t next, int64_t end) {
+        return static_cast<uint64_t>(next) | static_cast<uint64_t>(end) << 32;
+    }
+    void reset(int64_t next, int64_t end) { span.store(pack(next, end), std::memory_order_relaxed); }
+    // The owner takes half of what is left of its part (at least `piece` items) from the front: long
+    // ranges while there is much left, `piece` at the end. Another thread takes `piece` from the
+    // back. False when nothing is left.
+    bool claim(int64_t piece, bool fromBack, int64_t& begin, int64_t& end) {
+        uint64_t seen = span.load(std::memory_order_acquire);
+        for (;;) {
+            const auto next = static_cast<int64_t>(seen & 0xffffffffu), last = static_cast<int64_t>(seen >> 32);
+            if (next >= last) return false;
+            const int64_t taken = std::min(fromBack ? piece : std::max(piece, (last - next + 1) / 2), last - next);
+            begin = fromBack ? last - taken : next;
+            end = begin + taken;
+            const uint64_t left = fromBack ? pack(next, last - taken) : pack(next + taken, last);
+            if (span.compare_exchange_weak(seen, left, std::memory_order_acq_rel)) return true;
+        }
+    }
+};
+
 class Pool {
 public:
-    void run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& work) {
+    void run(int64_t n, int64_t grain, int64_t steal, const std::function<void(int64_t, int64_t)>& work) {
         const int64_t threads = std::max(1, at::get_num_threads());
         int64_t parts = std::min(threads, (n + grain - 1) / std::max<int64_t>(grain, 1));
         std::unique_lock<std::mutex> mine(busy_, std::try_to_lock);
@@ -54,11 +80,17 @@ public:
         const int64_t chunk = (n + parts - 1) / parts;
         parts = (n + chunk - 1) / chunk;  // no empty part
         grow(static_cast<std::size_t>(parts - 1));
+        // Without stealing (or with too many items to pack) each part is one piece for its owner.
+        stealing_ = steal > 0 && n < (int64_t{1} << 31);
+        parts_ = parts;
+        piece_ = stealing_ ? steal : chunk;
+        for (int64_t p = 0; p < parts; ++p)
+            remainders_[static_cast<std::size_t>(p)].reset(p * chunk, std::min(n, (p + 1) * chunk));
         ++generation_;
         pending_.store(static_cast<int>(parts - 1), std::memory_order_relaxed);
         for (int64_t p = 1; p < parts; ++p) {
             Slot& s = *slots_[static_cast<std::size_t>(p - 1)];
-            s.work = &work, s.begin = p * chunk, s.end = std::min(n, (p + 1) * chunk);
+            s.work = &work, s.part = p;
             s.failure = nullptr;
             s.ticket.store(generation_, std::memory_order_seq_cst);
             if (s.sleeping.load(std::memory_order_seq_cst)) {
@@ -68,7 +100,7 @@ public:
         }
         std::exception_ptr failure;
         try {
-            work(0, std::min(n, chunk));
+            drain(0, work);
         } catch (...) {
             failure = std::current_exception();
         }
@@ -78,7 +110,19 @@ public:
     }
 
 private:
+    // Part `self` from its front, a piece at a time, then what the other parts still have, from
+    // their backs (the far end from where their owners are reading).
+    void drain(int64_t self, const std::function<void(int64_t, int64_t)>& work) {
+        int64_t begin = 0, end = 0;
+        while (remainders_[static_cast<std::size_t>(self)].claim(piece_, false, begin, end)) work(begin, end);
+        for (int64_t k = 1; stealing_ && k < parts_; ++k) {
+            Remainder& other = remainders_[static_cast<std::size_t>((self + k) % parts_)];
+            while (other.claim(piece_, true, begin, end)) work(begin, end);
+        }
+    }
+
     void grow(std::size_t workers) {
+        if (remainders_.size() < workers + 1) remainders_ = std::vector<Remainder>(workers + 1);
         while (slots_.size() < workers) {
             slots_.push_back(std::make_unique<Slot>());
             std::thread(&Pool::serve, this, slots_.back().get()).detach();  // the pool is never destroyed
@@ -90,7 +134,7 @@ private:
         for (;;) {
             done = awaitTicket(*s, done);
             try {
-                (*s->work)(s->begin, s->end);
+                drain(s->part, *s->work);
             } catch (...) {
                 s->failure = std::current_exception();
             }
@@ -121,15 +165,18 @@ private:
     uint64_t generation_ = 0;
     std::atomic<int> pending_{0};
     std::vector<std::unique_ptr<Slot>> slots_;  // worker i computes part i + 1
+    std::vector<Remainder> remainders_;          // one per part of the current call
+    bool stealing_ = false;                      // the current call's
+    int64_t parts_ = 0, piece_ = 0;
 };
 
 }  // namespace
 
-void parallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& work) {
+void parallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& work, int64_t steal) {
     if (n <= 0) return;
     // Never destroyed: detached workers may still be spinning on it while the process exits.
     static Pool* const pool = new Pool;
-    pool->run(n, grain, work);
+    pool->run(n, grain, steal, work);
 }
 
 }  // namespace kvscope::kernels

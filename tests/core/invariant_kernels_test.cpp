@@ -10,7 +10,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 #include <thread>
@@ -270,19 +272,56 @@ TEST(KernelThreads, EveryIndexOnceInContiguousPartsOnAtMostTheThreadCount) {
         at::set_num_threads(threads);
         for (const int64_t n : {1, 2, 5, 14, 18, 152, 2374}) {
             for (const int64_t grain : {1, 4, 4096}) {
-                std::vector<std::atomic<int>> seen(static_cast<std::size_t>(n));
-                std::atomic<int> parts{0};
-                kernels::parallelFor(n, grain, [&](int64_t begin, int64_t end) {
-                    ++parts;
-                    EXPECT_LT(begin, end);
-                    for (int64_t i = begin; i < end; ++i) ++seen[static_cast<std::size_t>(i)];
-                });
-                for (int64_t i = 0; i < n; ++i)
-                    ASSERT_EQ(seen[static_cast<std::size_t>(i)], 1) << "n=" << n << " i=" << i;
-                EXPECT_LE(parts, std::min<int64_t>(threads, (n + grain - 1) / grain))
-                    << "n=" << n << " grain=" << grain;
+                for (const int64_t steal : {0, 1, 3}) {
+                    std::vector<std::atomic<int>> seen(static_cast<std::size_t>(n));
+                    std::atomic<int> parts{0};
+                    kernels::parallelFor(
+                        n, grain,
+                        [&](int64_t begin, int64_t end) {
+                            ++parts;
+                            EXPECT_LT(begin, end);
+                            for (int64_t i = begin; i < end; ++i) ++seen[static_cast<std::size_t>(i)];
+                        },
+                        steal);
+                    for (int64_t i = 0; i < n; ++i)
+                        ASSERT_EQ(seen[static_cast<std::size_t>(i)], 1)
+                            << "n=" << n << " i=" << i << " steal=" << steal;
+                    if (steal == 0) {  // with stealing, a part may come in several calls
+                        EXPECT_LE(parts, std::min<int64_t>(threads, (n + grain - 1) / grain))
+                            << "n=" << n << " grain=" << grain;
+                    }
+                }
             }
         }
+    }
+    at::set_num_threads(before);
+}
+
+// A thread done with its part takes the rest of a slower one's, from its end; without stealing,
+// never. Here the caller's part (the first half) is slow.
+TEST(KernelThreads, AThreadDoneEarlyTakesTheRestOfASlowerPartOnlyWhenAsked) {
+    const int before = at::get_num_threads();
+    at::set_num_threads(2);
+    const std::thread::id caller = std::this_thread::get_id();
+    for (const int64_t steal : {0, 1}) {
+        std::vector<std::thread::id> ranOn(40);
+        kernels::parallelFor(
+            40, 1,
+            [&](int64_t begin, int64_t end) {
+                for (int64_t i = begin; i < end; ++i) {
+                    ranOn[static_cast<std::size_t>(i)] = std::this_thread::get_id();
+                    if (std::this_thread::get_id() == caller) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+                }
+            },
+            steal);
+        const auto firstHalfElsewhere =
+            std::count_if(ranOn.begin(), ranOn.begin() + 20, [&](std::thread::id id) { return id != caller; });
+        if (steal == 0) {
+            EXPECT_EQ(firstHalfElsewhere, 0);
+        } else {
+            EXPECT_GT(firstHalfElsewhere, 0);
+        }
+        EXPECT_EQ(std::count(ranOn.begin(), ranOn.end(), std::thread::id{}), 0);
     }
     at::set_num_threads(before);
 }
