@@ -8,8 +8,8 @@
 // head's features for attention scores): 16 fp32 lanes, lane j accumulating the products of elements
 // j, j+16, j+32, ... with fused multiply-adds, the input zero-padded to a multiple of 16; then the
 // lanes summed as a fixed tree, l[j]+l[j+8], then +4, +2, +1. Softmax statistics and the weighted sum
-// of values are reduced over keys 0, 1, 2, ... in order. Work is split between threads only along
-// outputs (features, rows, query heads), never along a reduction.
+// of values are reduced over keys 0, 1, 2, ... in order; e^x is the kernels' own (exps below). Work
+// is split between threads only along outputs (features, rows, query heads), never along a reduction.
 //
 // The pair order, for a linear whose inputs and weights are both bf16 (the bf16 model's): the order
 // of AVX-512 BF16's dot-product instruction VDPBF16PS. The input is zero-padded to a multiple of 32;
@@ -68,6 +68,9 @@ void attention(Isa isa, const AttentionArgs<uint16_t>& args, int64_t begin, int6
 
 // sum_i x[i]^2 in the fixed order above (RMSNorm's statistic).
 float sumOfSquares(Isa isa, const float* x, int64_t n);
+// y[i] = e^(x[i] - shift): the kernels' own exp (invariant_impl.h's expOf), for softmax and SiLU;
+// the same bits on every path and with every C library.
+void exps(Isa isa, const float* x, float shift, float* y, int64_t n);
 
 // Memory-bandwidth probes for `kvscope bench`, vectorised like the kernels they bound (a plain C++
 // loop compiles to scalar code at -O2 and under-reads the machine). n: a multiple of 64.

@@ -61,8 +61,31 @@ struct Avx2Vec {
     static Avx2Vec fma(const Avx2Vec& a, const Avx2Vec& b, const Avx2Vec& acc) {
         return {_mm256_fmadd_ps(a.lo, b.lo, acc.lo), _mm256_fmadd_ps(a.hi, b.hi, acc.hi)};
     }
+    static Avx2Vec add(const Avx2Vec& a, const Avx2Vec& b) {
+        return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)};
+    }
+    static Avx2Vec sub(const Avx2Vec& a, const Avx2Vec& b) {
+        return {_mm256_sub_ps(a.lo, b.lo), _mm256_sub_ps(a.hi, b.hi)};
+    }
+    static Avx2Vec mul(const Avx2Vec& a, const Avx2Vec& b) {
+        return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)};
+    }
     static Avx2Vec max(const Avx2Vec& a, const Avx2Vec& b) {
         return {_mm256_max_ps(a.lo, b.lo), _mm256_max_ps(a.hi, b.hi)};
+    }
+    static Avx2Vec min(const Avx2Vec& a, const Avx2Vec& b) {
+        return {_mm256_min_ps(a.lo, b.lo), _mm256_min_ps(a.hi, b.hi)};
+    }
+    static __m256 pow2(__m256 n) {
+        const __m256i biased = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(biased, 23));
+    }
+    static Avx2Vec pow2(const Avx2Vec& n) { return {pow2(n.lo), pow2(n.hi)}; }
+    static __m256 zeroBelow(__m256 x, float limit, __m256 y) {
+        return _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(limit), _CMP_NLT_UQ), y);
+    }
+    static Avx2Vec zeroBelow(const Avx2Vec& x, float limit, const Avx2Vec& y) {
+        return {zeroBelow(x.lo, limit, y.lo), zeroBelow(x.hi, limit, y.hi)};
     }
     float sum() const {
         const __m256 s8 = _mm256_add_ps(lo, hi);                                                // l[j] + l[j+8]

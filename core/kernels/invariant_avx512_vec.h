@@ -69,7 +69,17 @@ struct Avx512Vec {
         return {_mm512_fmadd_ps(a.v, b.v, acc.v)};
     }
     static Avx512Vec add(const Avx512Vec& a, const Avx512Vec& b) { return {_mm512_add_ps(a.v, b.v)}; }
+    static Avx512Vec sub(const Avx512Vec& a, const Avx512Vec& b) { return {_mm512_sub_ps(a.v, b.v)}; }
+    static Avx512Vec mul(const Avx512Vec& a, const Avx512Vec& b) { return {_mm512_mul_ps(a.v, b.v)}; }
     static Avx512Vec max(const Avx512Vec& a, const Avx512Vec& b) { return {_mm512_max_ps(a.v, b.v)}; }
+    static Avx512Vec min(const Avx512Vec& a, const Avx512Vec& b) { return {_mm512_min_ps(a.v, b.v)}; }
+    static Avx512Vec pow2(const Avx512Vec& n) {
+        const __m512i biased = _mm512_add_epi32(_mm512_cvtps_epi32(n.v), _mm512_set1_epi32(127));
+        return {_mm512_castsi512_ps(_mm512_slli_epi32(biased, 23))};
+    }
+    static Avx512Vec zeroBelow(const Avx512Vec& x, float limit, const Avx512Vec& y) {
+        return {_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x.v, _mm512_set1_ps(limit), _CMP_NLT_UQ), y.v)};
+    }
     float sum() const {
         const __m256 low = _mm512_castps512_ps256(v);
         const __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));

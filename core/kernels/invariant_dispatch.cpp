@@ -17,6 +17,7 @@ namespace kvscope::kernels {
     void attention(const AttentionArgs<float>&, int64_t, int64_t, float*);                              \
     void attention(const AttentionArgs<uint16_t>&, int64_t, int64_t, float*);                           \
     float sumOfSquares(const float*, int64_t);                                                          \
+    void exps(const float*, float, float*, int64_t);                                                    \
     void triad(float*, const float*, const float*, float, int64_t);                                     \
     float readAll(const float*, int64_t, int64_t);                                                      \
     int64_t multiplyAdds(int64_t, bool, float*);                                                        \
@@ -134,6 +135,7 @@ void linear(Isa isa, const uint16_t* x, int64_t rows, int64_t in, const uint16_t
     KVSCOPE_ON_PATH(isa, linear(x, rows, in, w, y, yStride, o0, o1));
 }
 float sumOfSquares(Isa isa, const float* x, int64_t n) { return KVSCOPE_ON_PATH(isa, sumOfSquares(x, n)); }
+void exps(Isa isa, const float* x, float shift, float* y, int64_t n) { KVSCOPE_ON_PATH(isa, exps(x, shift, y, n)); }
 void triad(Isa isa, float* a, const float* b, const float* c, float s, int64_t n) {
     KVSCOPE_ON_PATH(isa, triad(a, b, c, s, n));
 }

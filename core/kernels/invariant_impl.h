@@ -3,8 +3,9 @@
 // The batch-invariant kernels written once, over a 16-lane vector type V that each instruction-set
 // file supplies (invariant_scalar.cpp, invariant_avx2.cpp, invariant_avx512*.cpp). V provides:
 //   V::zero(), V::load(const float*), V::load(const uint16_t* bf16), V::broadcast(float),
-//   V::fma(a, b, acc) = a*b + acc rounded once, V::max(a, b) per lane, v.sum() = the fixed lane
-//   tree, v.store(float*),
+//   V::fma(a, b, acc) = a*b + acc rounded once, v.sum() = the fixed lane tree, v.store(float*),
+//   per lane: V::add, sub, mul, max and min (as MAXPS / MINPS: b where a comparison fails),
+//   V::pow2(n) = 2^n for integral n in [-126, 127], V::zeroBelow(x, limit, y) = x < limit ? 0 : y,
 //   V::kRows x V::kCols: the tile of (rows x outputs) accumulators that fits its registers,
 //   V::kDecodeCols, V::kDecodePairCols: outputs per tile for a single row, in either order,
 //   V::kPanelFromRows: from how many rows linear runs as panelLinear (0: never), V::kPanelForPairs:
@@ -19,7 +20,6 @@
 // program, and would then run AVX-512 code on a CPU without it.
 #include "core/kernels/invariant.h"
 
-#include <math.h>    // expf: a libm call, not an inline wrapper
 #include <stdlib.h>  // malloc, free
 #include <string.h>  // memcpy
 #if defined(__x86_64__) || defined(__i386__)
@@ -346,6 +346,43 @@ void linearPairs(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w,
     free(ws);
 }
 
+// e^x, the same operations on every path: the kernels call no C library's expf, whose bits differ
+// between libraries (and in glibc between its FMA and SSE2 variants, picked by CPU). x = n ln2 + r
+// with n = nearest(x log2e) (adding 1.5 * 2^23 rounds it), r by two FMAs (Cody and Waite's split
+// of ln2), e^r by a degree-6 polynomial (Cephes' expf coefficients; within 2 ulp of e^x, tested),
+// scaled by 2^n. Below ln(FLT_MIN) the result is 0 (no subnormal results); x is clamped to 88
+// (e^88 = 1.65e38) against overflow: softmax passes x <= 0, SiLU -g, where g / (1 + e^-g) is below
+// 1e-36 from there on. A NaN stays a NaN (MINPS keeps its second operand, x, when unordered).
+template <typename V>
+V expOf(const V& x) {
+    const V clamped = V::min(V::broadcast(88.0f), x);
+    const V rounder = V::broadcast(12582912.0f);  // 1.5 * 2^23
+    const V n = V::sub(V::fma(clamped, V::broadcast(1.44269504088896341f), rounder), rounder);
+    V r = V::fma(n, V::broadcast(-0.693359375f), clamped);
+    r = V::fma(n, V::broadcast(2.12194440e-4f), r);
+    V p = V::broadcast(1.9875691500e-4f);
+    p = V::fma(p, r, V::broadcast(1.3981999507e-3f));
+    p = V::fma(p, r, V::broadcast(8.3334519073e-3f));
+    p = V::fma(p, r, V::broadcast(4.1665795894e-2f));
+    p = V::fma(p, r, V::broadcast(1.6666665459e-1f));
+    p = V::fma(p, r, V::broadcast(5.0000001201e-1f));
+    const V er = V::add(V::fma(p, V::mul(r, r), r), V::broadcast(1.0f));
+    return V::zeroBelow(x, -87.33654475f, V::mul(er, V::pow2(n)));
+}
+
+// y[i] = e^(x[i] - shift) for i in [0, n), 16 at a time (x and y may be the same array).
+template <typename V>
+void exps(const float* x, float shift, float* y, int64_t n) {
+    const V by = V::broadcast(shift);
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) expOf<V>(V::sub(V::load(x + i), by)).store(y + i);
+    if (i == n) return;
+    float buffer[kLanes] = {};
+    memcpy(buffer, x + i, static_cast<size_t>(n - i) * sizeof(float));
+    expOf<V>(V::sub(V::load(buffer), by)).store(buffer);
+    memcpy(y + i, buffer, static_cast<size_t>(n - i) * sizeof(float));
+}
+
 // The largest of x[0, n). Any order finds the same one, so 16 lanes compare side by side (a chain of
 // one compare per key was 14% of attention's time). A NaN among them makes every output of the
 // softmax NaN whichever value this returns.
@@ -397,11 +434,9 @@ void attentionOne(const AttentionArgs<Element>& a, int64_t s, int64_t h, float* 
         for (int c = 0; c < kKeys && t + c < n; ++c) scores[t + c] = tile[c] * a.scale;
     }
     const float highest = largest<V>(scores, n);
+    exps<V>(scores, highest, scores, n);
     float total = 0;
-    for (int64_t t = 0; t < n; ++t) {
-        scores[t] = expf(scores[t] - highest);
-        total += scores[t];
-    }
+    for (int64_t t = 0; t < n; ++t) total += scores[t];
 
     // Each feature's sum runs over the keys in order, one FMA chain per 16 features; the chains of
     // up to kBlocks feature blocks advance together, so a long cache is not one FMA latency per key
@@ -521,6 +556,7 @@ float sumOfSquares(const float* x, int64_t n) {
         impl::attention<V>(a, begin, end, scores);                                                                     \
     }                                                                                                                  \
     float sumOfSquares(const float* x, int64_t n) { return impl::sumOfSquares<V>(x, n); }                              \
+    void exps(const float* x, float shift, float* y, int64_t n) { impl::exps<V>(x, shift, y, n); }                     \
     void triad(float* a, const float* b, const float* c, float s, int64_t n) { impl::triad<V>(a, b, c, s, n); }        \
     float readAll(const float* x, int64_t n, int64_t streams) { return impl::readAll<V>(x, n, streams); }              \
     int64_t multiplyAdds(int64_t rounds, bool pairs, float* sink) {                                                    \

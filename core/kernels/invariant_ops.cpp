@@ -220,7 +220,7 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& keys, const
     return out.view({S, Q * D}).to(q.scalar_type());
 }
 
-torch::Tensor siluGate(const torch::Tensor& gate, const torch::Tensor& up) {
+torch::Tensor siluGate(const torch::Tensor& gate, const torch::Tensor& up, Isa isa) {
     requireCpuFloat(gate, "the MLP's gate");
     if (up.scalar_type() != gate.scalar_type() || up.sizes() != gate.sizes())
         throw UsageError("--kernels invariant: the MLP's gate and up projections differ in dtype or shape");
@@ -231,9 +231,11 @@ torch::Tensor siluGate(const torch::Tensor& gate, const torch::Tensor& up) {
         const T *gp = static_cast<const T*>(g.data_ptr()), *upp = static_cast<const T*>(u.data_ptr());
         T* op = static_cast<T*>(out.data_ptr());
         parallel(g.numel(), 4096, [&](int64_t begin, int64_t end) {
+            std::vector<float> e(static_cast<std::size_t>(end - begin));                   // -gate, then e^-gate
+            for (int64_t i = begin; i < end; ++i) e[i - begin] = -static_cast<float>(gp[i]);
+            exps(isa, e.data(), 0.0f, e.data(), end - begin);
             for (int64_t i = begin; i < end; ++i) {
-                const float gi = static_cast<float>(gp[i]);
-                const float silu = gi / (1.0f + std::exp(-gi));
+                const float silu = static_cast<float>(gp[i]) / (1.0f + e[i - begin]);
                 op[i] = T(silu * static_cast<float>(upp[i]));
             }
         });

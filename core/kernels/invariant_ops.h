@@ -35,7 +35,7 @@ torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& invFreq, int64_t
 // q: [S, Q, D] (after RoPE)  keys, values: [KV, T, D] views of the cache (T = start + S)  ->  [S, Q*D]
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& keys, const torch::Tensor& values, int64_t start,
                         Isa isa = bestIsa());
-// gate, up: [S, I]  ->  cast(silu(gate) * up)
-torch::Tensor siluGate(const torch::Tensor& gate, const torch::Tensor& up);
+// gate, up: [S, I]  ->  cast(silu(gate) * up), silu(g) = g / (1 + e^-g) by the kernels' exp
+torch::Tensor siluGate(const torch::Tensor& gate, const torch::Tensor& up, Isa isa = bestIsa());
 
 }  // namespace kvscope::kernels

@@ -4,6 +4,7 @@
 // fuses nothing that the order does not.
 #include "core/kernels/invariant_impl.h"
 
+#include <cmath>
 #include <cstring>
 
 namespace kvscope::kernels {
@@ -46,9 +47,40 @@ struct ScalarVec {
         for (int j = 0; j < impl::kLanes; ++j) v.lane[j] = std::fma(a.lane[j], b.lane[j], acc.lane[j]);
         return v;
     }
-    static ScalarVec max(const ScalarVec& a, const ScalarVec& b) {
+    template <typename Op>
+    static ScalarVec perLane(const ScalarVec& a, const ScalarVec& b, Op op) {
         ScalarVec v;
-        for (int j = 0; j < impl::kLanes; ++j) v.lane[j] = a.lane[j] > b.lane[j] ? a.lane[j] : b.lane[j];
+        for (int j = 0; j < impl::kLanes; ++j) v.lane[j] = op(a.lane[j], b.lane[j]);
+        return v;
+    }
+    static ScalarVec add(const ScalarVec& a, const ScalarVec& b) {
+        return perLane(a, b, [](float x, float y) { return x + y; });
+    }
+    static ScalarVec sub(const ScalarVec& a, const ScalarVec& b) {
+        return perLane(a, b, [](float x, float y) { return x - y; });
+    }
+    static ScalarVec mul(const ScalarVec& a, const ScalarVec& b) {
+        return perLane(a, b, [](float x, float y) { return x * y; });
+    }
+    // As MAXPS and MINPS: the second operand when the comparison fails (a NaN among them).
+    static ScalarVec max(const ScalarVec& a, const ScalarVec& b) {
+        return perLane(a, b, [](float x, float y) { return x > y ? x : y; });
+    }
+    static ScalarVec min(const ScalarVec& a, const ScalarVec& b) {
+        return perLane(a, b, [](float x, float y) { return x < y ? x : y; });
+    }
+    static ScalarVec pow2(const ScalarVec& n) {  // n integral in [-126, 127]; a NaN gives any value
+        ScalarVec v;
+        for (int j = 0; j < impl::kLanes; ++j) {
+            const int32_t exponent = n.lane[j] == n.lane[j] ? static_cast<int32_t>(n.lane[j]) : 0;
+            const uint32_t bits = static_cast<uint32_t>(exponent + 127) << 23;
+            std::memcpy(&v.lane[j], &bits, sizeof bits);
+        }
+        return v;
+    }
+    static ScalarVec zeroBelow(const ScalarVec& x, float limit, const ScalarVec& y) {
+        ScalarVec v;
+        for (int j = 0; j < impl::kLanes; ++j) v.lane[j] = x.lane[j] < limit ? 0.0f : y.lane[j];
         return v;
     }
     float sum() const {  // the tree: +8, +4, +2, +1

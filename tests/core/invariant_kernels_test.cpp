@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -81,6 +82,54 @@ TEST(InvariantKernels, VectorPathsEqualTheScalarReference) {
             for (const Isa isa : vectorPaths())
                 EXPECT_TRUE(sameBits(kernels::attention(q, keys, values, start, isa), reference))
                     << kernels::isaName(isa) << " attention, " << c10::toString(dtype) << " D=" << D;
+        }
+    }
+}
+
+// The kernels' own exp (softmax, SiLU): within 2 ulp of e^x over the range it computes, 0 below
+// ln(FLT_MIN), e^88 above 88 (its clamp), NaN for NaN; every path the scalar reference's bits.
+TEST(InvariantKernels, TheKernelsExpIsWithinTwoUlpAndTheSameOnEveryPath) {
+    std::vector<float> x;
+    for (float v = -87.3f; v <= 88.0f; v += 0.000731f) x.push_back(v);
+    for (const float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-7f, -1e-7f, 0.5f, -0.5f, 88.0f, -87.336f}) x.push_back(v);
+    const auto n = static_cast<int64_t>(x.size());
+    std::vector<float> reference(x.size()), y(x.size());
+    kernels::exps(Isa::Scalar, x.data(), 0.0f, reference.data(), n);
+    double worstUlps = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        const double exact = std::exp(static_cast<double>(x[i]));
+        const double ulp = std::nextafter(static_cast<float>(exact), INFINITY) - static_cast<float>(exact);
+        worstUlps = std::max(worstUlps, std::fabs(reference[i] - exact) / ulp);
+    }
+    EXPECT_LE(worstUlps, 2.0);
+    std::vector<float> edges = {-87.34f, -100.0f, -1e30f, -INFINITY, 88.5f, 1e30f, INFINITY, NAN};
+    std::vector<float> edgeOut(edges.size());
+    kernels::exps(Isa::Scalar, edges.data(), 0.0f, edgeOut.data(), static_cast<int64_t>(edges.size()));
+    for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(edgeOut[i], 0.0f) << edges[i];
+    for (std::size_t i = 4; i < 7; ++i) EXPECT_EQ(edgeOut[i], edgeOut[4]) << edges[i];
+    EXPECT_NEAR(edgeOut[4] / std::exp(88.0), 1.0, 1e-6);
+    EXPECT_TRUE(std::isnan(edgeOut[7]));
+    // The shift is subtracted first (softmax's maximum), and tails shorter than 16 are computed alike.
+    std::vector<float> shifted(x.size());
+    kernels::exps(Isa::Scalar, x.data(), 1.5f, shifted.data(), n);
+    for (std::size_t i = 0; i < x.size(); i += 997) {
+        float one = 0, alone = x[i] - 1.5f;
+        kernels::exps(Isa::Scalar, &alone, 0.0f, &one, 1);
+        EXPECT_EQ(one, shifted[i]) << x[i];
+    }
+    for (const Isa isa : vectorPaths()) {
+        for (const int64_t count : {n, int64_t{1}, int64_t{15}, int64_t{17}}) {
+            kernels::exps(isa, x.data(), 0.0f, y.data(), count);
+            EXPECT_EQ(std::memcmp(y.data(), reference.data(), static_cast<std::size_t>(count) * sizeof(float)), 0)
+                << kernels::isaName(isa) << " n=" << count;
+        }
+        kernels::exps(isa, edges.data(), 0.0f, y.data(), static_cast<int64_t>(edges.size()));
+        EXPECT_EQ(std::memcmp(y.data(), edgeOut.data(), 7 * sizeof(float)), 0) << kernels::isaName(isa);
+        EXPECT_TRUE(std::isnan(y[7])) << kernels::isaName(isa);
+        for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+            const torch::Tensor gate = randomTensor({3, 4864 + 5}, dtype) * 8, up = randomTensor({3, 4864 + 5}, dtype);
+            EXPECT_TRUE(sameBits(kernels::siluGate(gate, up, isa), kernels::siluGate(gate, up, Isa::Scalar)))
+                << kernels::isaName(isa) << " SiLU, " << c10::toString(dtype);
         }
     }
 }
