@@ -62,7 +62,9 @@ struct AttentionArgs {
     int64_t S = 0, start = 0, Q = 0, KV = 0, D = 0;
     float scale = 1;  // D^-0.5
 };
-// scores: scratch for start + S floats (one per key), owned by the calling thread.
+// scores: scratch for kAttentionScratchRows * (start + S) floats (a key's score for each of up to
+// that many heads computed together), owned by the calling thread.
+constexpr int64_t kAttentionScratchRows = 4;
 void attention(Isa isa, const AttentionArgs<float>& args, int64_t begin, int64_t end, float* scores);
 void attention(Isa isa, const AttentionArgs<uint16_t>& args, int64_t begin, int64_t end, float* scores);
 

@@ -30,6 +30,7 @@ struct Avx2Vec {
     // row at a time (invariant_avx512_vec.h says why): on a Sapphire Rapids through this path, the
     // linears of a decode step took 37.0 and 37.4 ms against 42.0 and 42.2 with two.
     static constexpr int kRows = 2, kCols = 3, kDecodeCols = 4, kDecodePairCols = 1;
+    static constexpr int kValueRows = 1;  // two queries' 4 chains would fill all 16 registers
     // Many rows: 6 rows x 16 outputs of one lane in 12 registers, plus 2 weight vectors and a
     // broadcast (panelLinear). From 24 rows the packed panel pays for itself.
     using Wide = Avx2Wide;

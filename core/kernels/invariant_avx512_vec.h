@@ -32,6 +32,7 @@ struct Avx512Vec {
     // as twice as many concurrent streams, more than the prefetchers keep up with. (An AMD Zen 4,
     // before the pool and with one stream a thread, had streamed the lm_head faster with two.)
     static constexpr int kRows = 4, kCols = 4, kDecodeCols = 4, kDecodePairCols = 1;
+    static constexpr int kValueRows = 4;  // 16 attention chains + 4 value vectors + a broadcast
     // The 16-lane order keeps the 4 x 4 tile for many rows: panelLinear, which must pack fp32 weights
     // from memory first, measured 212-228 GFLOP/s against the tile's 236-289 (Sapphire Rapids, 2
     // threads, 512 rows). The pair order without VDPBF16PS, whose weights linearPairs lays out in L2

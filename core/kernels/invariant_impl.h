@@ -8,6 +8,7 @@
 //   V::pow2(n) = 2^n for integral n in [-126, 127], V::zeroBelow(x, limit, y) = x < limit ? 0 : y,
 //   V::kRows x V::kCols: the tile of (rows x outputs) accumulators that fits its registers,
 //   V::kDecodeCols, V::kDecodePairCols: outputs per tile for a single row, in either order,
+//   V::kValueRows: how many queries' attention sums (4 chains each) fit its registers at once,
 //   V::kPanelFromRows: from how many rows linear runs as panelLinear (0: never), V::kPanelForPairs:
 //   whether the laid-out pair order does, with V::Wide (an output vector: kWidth, zero, broadcast,
 //   load, fma, add, store) and V::kPanelRows rows per tile,
@@ -399,67 +400,52 @@ float largest(const float* x, int64_t n) {
     return best;
 }
 
-// acc[b] = sum over keys t in order of weights[t] * values[t * D + 16 b + lane], B chains side by
-// side in registers (with a run-time block count the compiler kept them on the stack, a store and a
-// load around every FMA).
-template <typename V, int B, typename Element>
-void sumValues(const float* weights, const Element* values, int64_t D, int64_t n, V* acc) {
-    V sums[B];
+// acc[r][b] = sum over keys t in order of weights[r][t] * values[t * D + 16 b + lane]: R queries'
+// B chains each, side by side in registers, every value vector loaded once for the R queries (with
+// a run-time block count the compiler kept the chains on the stack, a store and a load around every
+// FMA; with R > 1 they are R x B independent chains instead of B latency-bound ones).
+template <typename V, int R, int B, typename Element>
+void sumValues(const float* const* weights, const Element* values, int64_t D, int64_t n, V (*acc)[B]) {
+    V sums[R][B];
 #pragma GCC unroll 8
-    for (int b = 0; b < B; ++b) sums[b] = V::zero();
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+        for (int b = 0; b < B; ++b) sums[r][b] = V::zero();
     for (int64_t t = 0; t < n; ++t) {
-        const V p = V::broadcast(weights[t]);
+        V v[B];
 #pragma GCC unroll 8
-        for (int b = 0; b < B; ++b) sums[b] = V::fma(p, V::load(values + t * D + b * kLanes), sums[b]);
+        for (int b = 0; b < B; ++b) v[b] = V::load(values + t * D + b * kLanes);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+            const V p = V::broadcast(weights[r][t]);
+#pragma GCC unroll 8
+            for (int b = 0; b < B; ++b) sums[r][b] = V::fma(p, v[b], sums[r][b]);
+        }
     }
 #pragma GCC unroll 8
-    for (int b = 0; b < B; ++b) acc[b] = sums[b];
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+        for (int b = 0; b < B; ++b) acc[r][b] = sums[r][b];
 }
 
-// One (query row, head) pair: scores over keys 0..p, softmax (max, then exp and sum in key order),
-// then the weighted sum of values accumulated per feature in key order and divided by the sum.
+// The weighted sum of one query's values for a head size that is not a multiple of 64: the same
+// chains as sumValues, up to 4 blocks at a time, the last one zero-padded.
 template <typename V, typename Element>
-void attentionOne(const AttentionArgs<Element>& a, int64_t s, int64_t h, float* scores) {
-    const int64_t D = a.D, n = a.start + s + 1, kvHead = h / (a.Q / a.KV);
-    const float* q = a.q + (s * a.Q + h) * D;
-    const Element* keys = a.keys + kvHead * a.headStride;
-    const Element* values = a.values + kvHead * a.headStride;
-
-    constexpr int kKeys = 4;  // keys per tile: four independent accumulators
-    for (int64_t t = 0; t < n; t += kKeys) {
-        const Element* kp[kKeys];
-        for (int c = 0; c < kKeys; ++c) kp[c] = keys + smaller(t + c, n - 1) * D;
-        float tile[kKeys];
-        dotTile<V, 1, kKeys, LaneSteps<V>>(&q, kp, D, tile);
-        for (int c = 0; c < kKeys && t + c < n; ++c) scores[t + c] = tile[c] * a.scale;
-    }
-    const float highest = largest<V>(scores, n);
-    exps<V>(scores, highest, scores, n);
-    float total = 0;
-    for (int64_t t = 0; t < n; ++t) total += scores[t];
-
-    // Each feature's sum runs over the keys in order, one FMA chain per 16 features; the chains of
-    // up to kBlocks feature blocks advance together, so a long cache is not one FMA latency per key
-    // and block (a head of 64 features: 4 chains side by side instead of 4 passes).
-    float* out = a.out + (s * a.Q + h) * D;
+void sumValuesOfAnySize(const float* weights, const Element* values, int64_t D, int64_t n, float total, float* out) {
     constexpr int64_t kBlocks = 4;
     for (int64_t d0 = 0; d0 < D; d0 += kBlocks * kLanes) {
         const int64_t full = smaller(kBlocks, (D - d0) / kLanes);  // whole 16-feature blocks
         const int64_t tail = full < kBlocks ? smaller(kLanes, D - d0 - full * kLanes) : 0;  // then a partial one
         V acc[kBlocks];
-        if (full == kBlocks) {
-            sumValues<V, kBlocks>(scores, values + d0, D, n, acc);
-        } else {  // a head size that is not a multiple of kBlocks * 16: the same chains, in memory
 #pragma GCC unroll 4
-            for (int64_t b = 0; b < kBlocks; ++b) acc[b] = V::zero();
-            for (int64_t t = 0; t < n; ++t) {
-                const Element* v = values + t * D + d0;
-                const V p = V::broadcast(scores[t]);
+        for (int64_t b = 0; b < kBlocks; ++b) acc[b] = V::zero();
+        for (int64_t t = 0; t < n; ++t) {
+            const Element* v = values + t * D + d0;
+            const V p = V::broadcast(weights[t]);
 #pragma GCC unroll 4
-                for (int64_t b = 0; b < kBlocks; ++b)
-                    if (b < full) acc[b] = V::fma(p, V::load(v + b * kLanes), acc[b]);
-                if (tail > 0) acc[full] = V::fma(p, loadPadded<V>(v + full * kLanes, tail), acc[full]);
-            }
+            for (int64_t b = 0; b < kBlocks; ++b)
+                if (b < full) acc[b] = V::fma(p, V::load(v + b * kLanes), acc[b]);
+            if (tail > 0) acc[full] = V::fma(p, loadPadded<V>(v + full * kLanes, tail), acc[full]);
         }
         for (int64_t b = 0; b < full + (tail > 0 ? 1 : 0); ++b) {
             float lanes[kLanes];
@@ -470,9 +456,85 @@ void attentionOne(const AttentionArgs<Element>& a, int64_t s, int64_t h, float* 
     }
 }
 
+// R queries' weighted sums over whole 64-feature blocks, divided by their totals.
+template <typename V, int R, typename Element>
+void sumValuesInBlocks(const float* const* weights, const Element* values, int64_t D, int64_t n, const float* totals,
+                       float* const* out) {
+    constexpr int kBlocks = 4;
+    for (int64_t d0 = 0; d0 < D; d0 += kBlocks * kLanes) {
+        V acc[R][kBlocks];
+        sumValues<V, R, kBlocks>(weights, values + d0, D, n, acc);
+        for (int r = 0; r < R; ++r)
+            for (int b = 0; b < kBlocks; ++b) {
+                float lanes[kLanes];
+                acc[r][b].store(lanes);
+                for (int64_t j = 0; j < kLanes; ++j) out[r][d0 + b * kLanes + j] = lanes[j] / totals[r];
+            }
+    }
+}
+
+// `count` (query row s, head) pairs, heads h0, h0 + 1, ... of one KV head, up to V::kRows of them:
+// for each, scores over keys 0..start+s, softmax (max, then exp and sum in key order), then the
+// weighted sum of values accumulated per feature in key order and divided by the sum. Each key and
+// value row is read once for the group; every pair's reductions are the chains it has alone.
 template <typename V, typename Element>
-void attention(const AttentionArgs<Element>& a, int64_t begin, int64_t end, float* scores) {
-    for (int64_t pair = begin; pair < end; ++pair) attentionOne<V>(a, pair / a.Q, pair % a.Q, scores);
+void attentionGroup(const AttentionArgs<Element>& a, int64_t s, int64_t h0, int64_t count, float* scratch) {
+    constexpr int R = V::kRows;
+    static_assert(R <= kAttentionScratchRows, "the callers' scratch holds kAttentionScratchRows rows of scores");
+    const int64_t D = a.D, n = a.start + s + 1, kvHead = h0 / (a.Q / a.KV);
+    const Element* keys = a.keys + kvHead * a.headStride;
+    const Element* values = a.values + kvHead * a.headStride;
+    const float* q[R];
+    float* scores[R];
+    float* out[R];
+    for (int r = 0; r < R; ++r) {  // rows past `count` repeat the last one and are not stored
+        const int64_t pair = s * a.Q + h0 + smaller(r, count - 1);
+        q[r] = a.q + pair * D;
+        scores[r] = scratch + smaller(r, count - 1) * n;
+        out[r] = a.out + pair * D;
+    }
+
+    constexpr int kKeys = 4;  // keys per tile: R x 4 independent accumulators
+    for (int64_t t = 0; t < n; t += kKeys) {
+        const Element* kp[kKeys];
+        for (int c = 0; c < kKeys; ++c) kp[c] = keys + smaller(t + c, n - 1) * D;
+        float tile[R * kKeys];
+        dotTile<V, R, kKeys, LaneSteps<V>>(q, kp, D, tile);
+        for (int64_t r = 0; r < count; ++r)
+            for (int c = 0; c < kKeys && t + c < n; ++c) scores[r][t + c] = tile[r * kKeys + c] * a.scale;
+    }
+    for (int64_t r = 0; r < count; ++r) exps<V>(scores[r], largest<V>(scores[r], n), scores[r], n);
+    // Each query's sum in key order, the R sums interleaved: one add's latency a key for all of them.
+    float totals[R] = {};
+    for (int64_t t = 0; t < n; ++t)
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) totals[r] += scores[r][t];
+
+    if (D % (4 * kLanes) != 0) {
+        for (int64_t r = 0; r < count; ++r) sumValuesOfAnySize<V>(scores[r], values, D, n, totals[r], out[r]);
+        return;
+    }
+    // All R queries at once where their chains fit the registers (V::kValueRows), else one by one.
+    int64_t r = 0;
+    if constexpr (V::kValueRows > 1) {
+        for (; r + V::kValueRows <= count; r += V::kValueRows)
+            sumValuesInBlocks<V, V::kValueRows>(scores + r, values, D, n, totals + r, out + r);
+    }
+    for (; r < count; ++r) sumValuesInBlocks<V, 1>(scores + r, values, D, n, totals + r, out + r);
+}
+
+// The pairs [begin, end) of [S rows x Q heads], pair = row * Q + head, in groups of up to V::kRows
+// heads of one row that share a KV head.
+template <typename V, typename Element>
+void attention(const AttentionArgs<Element>& a, int64_t begin, int64_t end, float* scratch) {
+    const int64_t heads = a.Q / a.KV;  // query heads per KV head
+    for (int64_t pair = begin; pair < end;) {
+        const int64_t s = pair / a.Q, h = pair % a.Q;
+        const int64_t sameKvHead = (h / heads + 1) * heads - h;  // this head and the next ones of its KV head
+        const int64_t count = smaller(smaller(V::kRows, sameKvHead), end - pair);
+        attentionGroup<V>(a, s, h, count, scratch);
+        pair += count;
+    }
 }
 
 template <typename V>

@@ -208,7 +208,7 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& keys, const
         parallel(
             S * Q, 1,
             [&](int64_t begin, int64_t end) {
-                std::vector<float> scores(static_cast<std::size_t>(start + S));
+                std::vector<float> scores(static_cast<std::size_t>(kAttentionScratchRows * (start + S)));
                 kernels::attention(isa, a, begin, end, scores.data());
             },
             1);

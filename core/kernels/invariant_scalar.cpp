@@ -11,7 +11,7 @@ namespace kvscope::kernels {
 namespace {
 
 struct ScalarVec {
-    static constexpr int kRows = 1, kCols = 1, kDecodeCols = 1, kDecodePairCols = 1;
+    static constexpr int kRows = 1, kCols = 1, kDecodeCols = 1, kDecodePairCols = 1, kValueRows = 1;
     static constexpr int kPanelFromRows = 0;  // the reference is dotTile's order as written
     static constexpr bool kPanelForPairs = false;
     using Pairs = impl::EmulatedPairs<ScalarVec>;
