@@ -20,10 +20,13 @@ std::string defaultCacheDir() {
 }
 
 // A prefill row of the invariant kernels against their multiply-add rate in its order (bf16: the
-// pair order); nothing for torch's kernels (other instructions, AMX included) or a decode row.
+// pair order, or the FMAs' rate where the row took the pair order by FMAs on another path than the
+// best, kernels::pairsPathForRows); nothing for torch's kernels (other instructions, AMX included)
+// or a decode row.
 std::optional<double> fractionOfPeak(const BenchReport& r, const KernelRow& k) {
     if (k.kernels != "invariant" || k.rows == 1) return std::nullopt;
-    const double peak = k.dtype == "bf16" ? r.pairFlopsPerSecond : r.laneFlopsPerSecond;
+    const bool pairRate = k.dtype == "bf16" && k.path == r.kernelPath;
+    const double peak = pairRate ? r.pairFlopsPerSecond : r.laneFlopsPerSecond;
     if (peak <= 0) return std::nullopt;
     return k.flopsPerSecond / peak;
 }
@@ -50,6 +53,7 @@ nlohmann::json reportToJson(const BenchReport& r) {
                               {"kernels", k.kernels},
                               {"shape", k.shape},
                               {"rows", k.rows},
+                              {"path", k.path.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.path)},
                               {"in", k.in},
                               {"out", k.out},
                               {"seconds", k.seconds},
@@ -62,6 +66,7 @@ nlohmann::json reportToJson(const BenchReport& r) {
             {"libtorch", r.libtorch},
             {"cpu_features", r.cpuFeatures},
             {"invariant_kernel_path", r.kernelPath},
+            {"invariant_prefill_pair_path", r.prefillPairPath},
             {"read_bandwidth_gb_per_s", r.readBandwidthBytesPerSecond / 1e9},
             {"triad_bandwidth_gb_per_s", r.triadBandwidthBytesPerSecond / 1e9},
             {"bound_bandwidth_gb_per_s", r.boundBandwidthBytesPerSecond / 1e9},
@@ -74,8 +79,10 @@ nlohmann::json reportToJson(const BenchReport& r) {
 }
 
 void printReport(const BenchReport& r) {
-    std::printf("model: %s\nlibtorch: %s\ncpu: %s\ninvariant kernels: %s path\nthreads: %d\n", r.modelDir.c_str(),
-                r.libtorch.c_str(), r.cpuFeatures.c_str(), r.kernelPath.c_str(), r.threads);
+    const std::string prefillPath =
+        r.prefillPairPath == r.kernelPath ? "" : "; a bf16 prefill's linears: " + r.prefillPairPath + " path (FMAs)";
+    std::printf("model: %s\nlibtorch: %s\ncpu: %s\ninvariant kernels: %s path%s\nthreads: %d\n", r.modelDir.c_str(),
+                r.libtorch.c_str(), r.cpuFeatures.c_str(), r.kernelPath.c_str(), prefillPath.c_str(), r.threads);
     std::printf(
         "bandwidth: read %.1f GB/s (1, 2 or 4 streams a thread), triad %.1f GB/s (vectorised, %d threads, best of 5); "
         "bound: %.1f GB/s\n",
@@ -127,8 +134,9 @@ void printReport(const BenchReport& r) {
                     k.flopsPerSecond / 1e9, peak);
     }
     std::printf(
-        "GB/s: weight bytes read per second (what bounds rows = 1; a layer's weights fit the caches here, the\n"
-        "lm_head's do not); GFLOP/s: what bounds a prefill; of peak: against the compute line above.\n");
+        "GB/s: weight bytes read per second (what bounds rows = 1; timed calls repeat, so a layer's weights come\n"
+        "from the caches, and the lm_head's too where the last-level cache holds them); GFLOP/s: what bounds a\n"
+        "prefill; of peak: against the compute line above.\n");
 }
 
 }  // namespace

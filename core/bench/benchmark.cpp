@@ -177,6 +177,11 @@ std::vector<KernelRow> measureKernels(const Transformer& model, int64_t prefillR
             row.kernels = kernelsName(model.numerics().kernels);
             row.shape = name;
             row.rows = n, row.in = w.size(1), row.out = w.size(0);
+            if (model.numerics().kernels == Kernels::Invariant) {
+                const kernels::Isa best = kernels::bestIsa();
+                row.path =
+                    kernels::isaName(model.dtype() == torch::kBFloat16 ? kernels::pairsPathForRows(best, n) : best);
+            }
             auto call = [&] {
                 return model.numerics().kernels == Kernels::Invariant ? kernels::linear(x, w, {}, model.dtype())
                                                                       : torch::linear(x, w);
@@ -288,6 +293,7 @@ BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const s
     report.libtorch = libtorchVersion() + " (" + libtorchLibraryPath() + ")";
     report.cpuFeatures = cpuVectorFeatures();
     report.kernelPath = kernels::isaName(kernels::bestIsa());
+    report.prefillPairPath = kernels::isaName(kernels::pairsPathForRows(kernels::bestIsa(), o.promptTokens));
     report.lastLevelCacheBytes = lastLevelCacheBytes();
     report.bandwidthArrayBytes = streamArrayBytes(report.lastLevelCacheBytes, physicalMemoryBytes());
     log("measuring memory bandwidth (read and triad, " + std::to_string(report.threads) + " threads, arrays of " +

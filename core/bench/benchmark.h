@@ -42,6 +42,7 @@ struct BenchRow {
 // bytes per second), rows = promptTokens a prefill (reported as FLOP per second).
 struct KernelRow {
     std::string dtype, kernels, shape;
+    std::string path;  // the invariant kernels' instruction-set path that computed it; empty for torch's
     int64_t rows = 0, in = 0, out = 0;
     double seconds = 0;
     double weightBytesPerSecond = 0, flopsPerSecond = 0;
@@ -52,6 +53,7 @@ struct BenchReport {
     std::string libtorch;                // version and the library file actually loaded
     std::string cpuFeatures;             // the vector extensions that decide kernels (and bits)
     std::string kernelPath;              // the invariant kernels' instruction set here
+    std::string prefillPairPath;         // theirs for a bf16 prefill's linears (kernels::pairsPathForRows)
     double readBandwidthBytesPerSecond = 0;   // vectorised read of one large array, best of passes and streams
     double triadBandwidthBytesPerSecond = 0;  // STREAM triad, best of passes
     double boundBandwidthBytesPerSecond = 0;  // the larger: what a decode step can at best stream

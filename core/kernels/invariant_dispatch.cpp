@@ -5,6 +5,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#ifdef KVSCOPE_KERNELS_X86
+#include <cpuid.h>
+#endif
 #include <stdexcept>
 
 namespace kvscope::kernels {
@@ -67,6 +70,17 @@ Isa widestOnThisCpu() {
     return Isa::Scalar;
 }
 
+// AMX-BF16 (CPUID leaf 7, EDX bit 22): the Intel CPUs where VDPBF16PS was measured at half the FMA
+// rate (Sapphire Rapids).
+bool hasAmxBf16() {
+#ifdef KVSCOPE_KERNELS_X86
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1u) != 0;
+#else
+    return false;
+#endif
+}
+
 // KVSCOPE_KERNEL_PATH=avx512|avx2|scalar narrows the choice, to measure a narrower path on a wider CPU
 // (`kvscope bench`); the bits are the same on every path, so this changes speed only.
 Isa narrowedByEnvironment(Isa widest) {
@@ -82,6 +96,13 @@ Isa narrowedByEnvironment(Isa widest) {
 Isa bestIsa() {
     static const Isa best = narrowedByEnvironment(widestOnThisCpu());
     return best;
+}
+
+Isa pairsPathForRows(Isa isa, int64_t rows) {
+    // From 32 rows the AVX-512F path lays the pair order out for FMAs (invariant_impl.h's
+    // linearPairs); fewer rows stay on VDPBF16PS, which the emulation's tiles do not beat.
+    static const bool halfRatePairs = hasAmxBf16();
+    return isa == Isa::Avx512Bf16 && rows >= 32 && halfRatePairs ? Isa::Avx512 : isa;
 }
 
 const char* isaName(Isa isa) {

@@ -103,7 +103,7 @@ std::vector<torch::Tensor> linears(const torch::Tensor& x, const std::vector<Pro
             const int64_t o0 = (from - firstBlock[m]) * kBlock, o1 = std::min(out, (to - firstBlock[m]) * kBlock);
             float* yp = sums[m].data_ptr<float>();
             if (pairs)
-                kernels::linear(isa, bf16(xs), S, in, bf16(w), yp, out, o0, o1);
+                kernels::linear(pairsPathForRows(isa, S), bf16(xs), S, in, bf16(w), yp, out, o0, o1);
             else if (w.scalar_type() == torch::kBFloat16)
                 kernels::linear(isa, xs.data_ptr<float>(), S, in, bf16(w), yp, out, o0, o1);
             else

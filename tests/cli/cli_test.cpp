@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // End to end through the real `kvscope` executable.
 #include "core/bench/benchmark.h"
+#include "core/kernels/invariant.h"
 #include "core/util/version.h"
 #include "support/test_support.h"
 
@@ -81,7 +82,9 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
     // Six shapes at one row and five (no lm_head) at the prompt's rows, for each of the four rows above;
     // the invariant kernels' prefill rows against their multiply-add rate, nothing else.
     EXPECT_EQ(j["kernel_rows"].size(), 4u * 11u);
+    EXPECT_EQ(j["invariant_prefill_pair_path"], kernels::isaName(kernels::pairsPathForRows(kernels::bestIsa(), 5)));
     for (const auto& k : j["kernel_rows"]) {
+        EXPECT_EQ(k["path"].is_string(), k["kernels"] == "invariant") << k.dump();
         const bool measured = k["kernels"] == "invariant" && k["rows"].get<int>() > 1;
         EXPECT_EQ(k["fraction_of_peak"].is_number(), measured) << k.dump();
         if (measured) {

@@ -15,6 +15,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -139,6 +141,20 @@ TEST(InvariantKernels, TheKernelsExpIsWithinTwoUlpAndTheSameOnEveryPath) {
                 << kernels::isaName(isa) << " SiLU, " << c10::toString(dtype);
         }
     }
+}
+
+// Where VDPBF16PS runs at half the FMA rate (CPUs with AMX-BF16), a bf16 linear of 32 rows or
+// more takes the pair order by FMAs on the AVX-512F path; everything else keeps its path.
+TEST(InvariantKernels, ManyBf16RowsTakeTheFmaRouteOnlyWhereTheCpuHasAmx) {
+    for (const Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+        for (const int64_t rows : {1, 31, 32, 512}) EXPECT_EQ(kernels::pairsPathForRows(isa, rows), isa);
+    for (const int64_t rows : {1, 31}) EXPECT_EQ(kernels::pairsPathForRows(Isa::Avx512Bf16, rows), Isa::Avx512Bf16);
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    const std::string text((std::istreambuf_iterator<char>(cpuinfo)), std::istreambuf_iterator<char>());
+    if (text.find(" avx512f ") == std::string::npos) GTEST_SKIP() << "no /proc/cpuinfo flags with AVX-512F to compare";
+    const bool amx = text.find(" amx_bf16") != std::string::npos;
+    for (const int64_t rows : {32, 512})
+        EXPECT_EQ(kernels::pairsPathForRows(Isa::Avx512Bf16, rows), amx ? Isa::Avx512 : Isa::Avx512Bf16) << rows;
 }
 
 // The pair order written out independently of the kernels' template: per chunk of 32, lane j adds
