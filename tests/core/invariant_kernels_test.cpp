@@ -66,6 +66,15 @@ TEST(InvariantKernels, VectorPathsEqualTheScalarReference) {
                     EXPECT_TRUE(sameBits(kernels::linear(x, w, {}, torch::kFloat32, isa), reference))
                         << kernels::isaName(isa) << " linear, " << c10::toString(xType) << " x " << c10::toString(wType)
                         << " in=" << in << " rows=" << rows;
+                // The tensor API sends many bf16 rows on an AMX CPU to the FMA route (pairsPathForRows):
+                // VDPBF16PS over them, which other CPUs run, is checked through the raw entry point.
+                if (xType == torch::kBFloat16 && kernels::bestIsa() == Isa::Avx512Bf16) {
+                    torch::Tensor y = torch::empty({rows, outputs}, torch::kFloat32);
+                    kernels::linear(Isa::Avx512Bf16, reinterpret_cast<const uint16_t*>(x.data_ptr()), rows, in,
+                                    reinterpret_cast<const uint16_t*>(w.data_ptr()), y.data_ptr<float>(), outputs, 0,
+                                    outputs);
+                    EXPECT_TRUE(sameBits(y, reference)) << "VDPBF16PS over " << rows << " rows, in=" << in;
+                }
                 if (xType != wType) continue;
                 const torch::Tensor normWeight = randomTensor({in}, wType);
                 const torch::Tensor normed = kernels::rmsNorm(x, normWeight, 1e-6, Isa::Scalar);
@@ -451,7 +460,7 @@ TEST(InvariantKernels, CloseToFloat64) {
     const int64_t T = 11, D = 24;
     const torch::Tensor q = torch::randn({T, 2, D}), k = torch::randn({1, T, D}), v = torch::randn({1, T, D});
     const torch::Tensor qd = q.to(torch::kFloat64).transpose(0, 1), kd = k.to(torch::kFloat64),
-                        vd = v.to(torch::kFloat64);                                        // [2, T, D], [1, T, D]
+                        vd = v.to(torch::kFloat64);  // [2, T, D], [1, T, D]
     torch::Tensor scores = torch::matmul(qd, kd.transpose(1, 2)) / std::sqrt(static_cast<double>(D));  // [2, T, T]
     scores = scores.masked_fill(torch::ones({T, T}, torch::kBool).triu(1), -INFINITY);
     const torch::Tensor expected = torch::matmul(torch::softmax(scores, -1), vd).transpose(0, 1).reshape({T, 2 * D});
