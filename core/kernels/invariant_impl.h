@@ -400,6 +400,10 @@ float largest(const float* x, int64_t n) {
     return best;
 }
 
+// Feature blocks of 16 a weighted sum advances side by side per query (a head of 64 features: 4
+// chains together instead of 4 passes, each one FMA latency per key).
+constexpr int kValueBlocks = 4;
+
 // acc[r][b] = sum over keys t in order of weights[r][t] * values[t * D + 16 b + lane]: R queries'
 // B chains each, side by side in registers, every value vector loaded once for the R queries (with
 // a run-time block count the compiler kept the chains on the stack, a store and a load around every
@@ -428,12 +432,14 @@ void sumValues(const float* const* weights, const Element* values, int64_t D, in
         for (int b = 0; b < B; ++b) acc[r][b] = sums[r][b];
 }
 
-// The weighted sum of one query's values for a head size that is not a multiple of 64: the same
-// chains as sumValues, up to 4 blocks at a time, the last one zero-padded.
+// Features [from, D) of one query's weighted sum, divided by its total: the same chains as
+// sumValues, up to kValueBlocks at a time, the last one zero-padded (a head size that is not a
+// multiple of kValueBlocks * 16 ends here).
 template <typename V, typename Element>
-void sumValuesOfAnySize(const float* weights, const Element* values, int64_t D, int64_t n, float total, float* out) {
-    constexpr int64_t kBlocks = 4;
-    for (int64_t d0 = 0; d0 < D; d0 += kBlocks * kLanes) {
+void sumValuesFrom(int64_t from, const float* weights, const Element* values, int64_t D, int64_t n, float total,
+                   float* out) {
+    constexpr int64_t kBlocks = kValueBlocks;
+    for (int64_t d0 = from; d0 < D; d0 += kBlocks * kLanes) {
         const int64_t full = smaller(kBlocks, (D - d0) / kLanes);  // whole 16-feature blocks
         const int64_t tail = full < kBlocks ? smaller(kLanes, D - d0 - full * kLanes) : 0;  // then a partial one
         V acc[kBlocks];
@@ -456,21 +462,24 @@ void sumValuesOfAnySize(const float* weights, const Element* values, int64_t D, 
     }
 }
 
-// R queries' weighted sums over whole 64-feature blocks, divided by their totals.
+// R queries' weighted sums over the whole blocks of kValueBlocks * 16 features in [0, D), divided by
+// their totals; returns where those blocks end.
 template <typename V, int R, typename Element>
-void sumValuesInBlocks(const float* const* weights, const Element* values, int64_t D, int64_t n, const float* totals,
-                       float* const* out) {
-    constexpr int kBlocks = 4;
-    for (int64_t d0 = 0; d0 < D; d0 += kBlocks * kLanes) {
-        V acc[R][kBlocks];
-        sumValues<V, R, kBlocks>(weights, values + d0, D, n, acc);
+int64_t sumValuesInBlocks(const float* const* weights, const Element* values, int64_t D, int64_t n, const float* totals,
+                          float* const* out) {
+    constexpr int64_t kBlock = kValueBlocks * kLanes;
+    int64_t d0 = 0;
+    for (; d0 + kBlock <= D; d0 += kBlock) {
+        V acc[R][kValueBlocks];
+        sumValues<V, R, kValueBlocks>(weights, values + d0, D, n, acc);
         for (int r = 0; r < R; ++r)
-            for (int b = 0; b < kBlocks; ++b) {
+            for (int b = 0; b < kValueBlocks; ++b) {
                 float lanes[kLanes];
                 acc[r][b].store(lanes);
                 for (int64_t j = 0; j < kLanes; ++j) out[r][d0 + b * kLanes + j] = lanes[j] / totals[r];
             }
     }
+    return d0;
 }
 
 // `count` (query row s, head) pairs, heads h0, h0 + 1, ... of one KV head, up to V::kRows of them:
@@ -510,17 +519,20 @@ void attentionGroup(const AttentionArgs<Element>& a, int64_t s, int64_t h0, int6
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) totals[r] += scores[r][t];
 
-    if (D % (4 * kLanes) != 0) {
-        for (int64_t r = 0; r < count; ++r) sumValuesOfAnySize<V>(scores[r], values, D, n, totals[r], out[r]);
-        return;
-    }
-    // All R queries at once where their chains fit the registers (V::kValueRows), else one by one.
+    // The whole blocks for V::kValueRows queries at once where their chains fit the registers, else
+    // one by one; then any features past the last whole block.
     int64_t r = 0;
     if constexpr (V::kValueRows > 1) {
-        for (; r + V::kValueRows <= count; r += V::kValueRows)
-            sumValuesInBlocks<V, V::kValueRows>(scores + r, values, D, n, totals + r, out + r);
+        for (; r + V::kValueRows <= count; r += V::kValueRows) {
+            const int64_t rest = sumValuesInBlocks<V, V::kValueRows>(scores + r, values, D, n, totals + r, out + r);
+            for (int k = 0; k < V::kValueRows; ++k)
+                sumValuesFrom<V>(rest, scores[r + k], values, D, n, totals[r + k], out[r + k]);
+        }
     }
-    for (; r < count; ++r) sumValuesInBlocks<V, 1>(scores + r, values, D, n, totals + r, out + r);
+    for (; r < count; ++r) {
+        const int64_t rest = sumValuesInBlocks<V, 1>(scores + r, values, D, n, totals + r, out + r);
+        sumValuesFrom<V>(rest, scores[r], values, D, n, totals[r], out[r]);
+    }
 }
 
 // The pairs [begin, end) of [S rows x Q heads], pair = row * Q + head, in groups of up to V::kRows
