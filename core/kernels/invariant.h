@@ -75,7 +75,7 @@ void attention(Isa isa, const AttentionArgs<uint16_t>& args, int64_t begin, int6
 
 // sum_i x[i]^2 in the fixed order above (RMSNorm's statistic).
 float sumOfSquares(Isa isa, const float* x, int64_t n);
-// y[i] = e^(x[i] - shift): the kernels' own exp (invariant_impl.h's expOf), for softmax and SiLU;
+// y[i] = e^(x[i] - shift): the kernels' own exp (invariant_attention_impl.h's expOf), for softmax and SiLU;
 // the same bits on every path and with every C library.
 void exps(Isa isa, const float* x, float shift, float* y, int64_t n);
 

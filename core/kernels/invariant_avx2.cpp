@@ -2,7 +2,7 @@
 // The fixed order on AVX2 + FMA: 16 lanes as two 8-float registers (lanes 0-7 and 8-15), so the
 // tree's first step is one add of the two. Compiled with -mavx2 -mfma; called only when the CPU
 // has both (invariant_dispatch.cpp).
-#include "core/kernels/invariant_impl.h"
+#include "core/kernels/invariant_path.h"
 
 #include <immintrin.h>
 

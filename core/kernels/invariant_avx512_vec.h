@@ -4,7 +4,7 @@
 // -mavx512f) emulates the pair order with two FMAs; invariant_avx512bf16.cpp (also -mavx512bf16)
 // computes it with VDPBF16PS. Internal linkage, like everything the paths include
 // (invariant_impl.h says why).
-#include "core/kernels/invariant_impl.h"
+#include "core/kernels/invariant_path.h"
 
 #include <immintrin.h>
 

@@ -2,7 +2,7 @@
 // The reference path: the fixed orders in plain C++ (std::fma per lane), what the vector paths must
 // equal bit for bit; the pair order's flushing is the MXCSR's here too (impl::FlushDenormals). Compiled with -ffp-contract=off like the other two files, so the compiler
 // fuses nothing that the order does not.
-#include "core/kernels/invariant_impl.h"
+#include "core/kernels/invariant_path.h"
 
 #include <cmath>
 #include <cstring>

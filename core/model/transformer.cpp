@@ -144,7 +144,7 @@ const std::string& Transformer::fingerprint() const {
         // a cache an older kvscope built that way holds other bits, and is refused as another model's.
         if (invariant() && dtype_ == torch::kBFloat16)
             named.emplace_back("numerics=invariant-bf16-pair-order", torch::zeros({0}));
-        // Softmax and SiLU moved from libm's expf to the kernels' own exp (invariant_impl.h).
+        // Softmax and SiLU moved from libm's expf to the kernels' own exp (invariant_attention_impl.h).
         if (invariant()) named.emplace_back("numerics=invariant-own-exp", torch::zeros({0}));
         fingerprint_->value = fingerprintNamedTensors(named);
     });

@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+// An instruction-set path's entry points from the templates of invariant_impl.h and
+// invariant_attention_impl.h; each invariant_*.cpp defines its vector type, then uses the macro.
+#include "core/kernels/invariant_attention_impl.h"
+
+// The entry points of one instruction-set path, namespace `ns`, on vector type `V` (declared again
+// in invariant_dispatch.cpp). Used once at the end of each invariant_*.cpp, in kvscope::kernels.
+#define KVSCOPE_DEFINE_KERNEL_PATH(ns, V)                                                                              \
+    namespace ns {                                                                                                     \
+    void linear(const float* x, int64_t rows, int64_t in, const float* w, float* y, int64_t yStride, int64_t o0,       \
+                int64_t o1) {                                                                                          \
+        impl::linear<V>(x, rows, in, w, y, yStride, o0, o1);                                                           \
+    }                                                                                                                  \
+    void linear(const float* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0,    \
+                int64_t o1) {                                                                                          \
+        impl::linear<V>(x, rows, in, w, y, yStride, o0, o1);                                                           \
+    }                                                                                                                  \
+    void linear(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0, \
+                int64_t o1) {                                                                                          \
+        impl::linearPairs<V>(x, rows, in, w, y, yStride, o0, o1);                                                      \
+    }                                                                                                                  \
+    void attention(const AttentionArgs<float>& a, int64_t begin, int64_t end, float* scores) {                         \
+        impl::attention<V>(a, begin, end, scores);                                                                     \
+    }                                                                                                                  \
+    void attention(const AttentionArgs<uint16_t>& a, int64_t begin, int64_t end, float* scores) {                      \
+        impl::attention<V>(a, begin, end, scores);                                                                     \
+    }                                                                                                                  \
+    float sumOfSquares(const float* x, int64_t n) { return impl::sumOfSquares<V>(x, n); }                              \
+    void exps(const float* x, float shift, float* y, int64_t n) { impl::exps<V>(x, shift, y, n); }                     \
+    void triad(float* a, const float* b, const float* c, float s, int64_t n) { impl::triad<V>(a, b, c, s, n); }        \
+    float readAll(const float* x, int64_t n, int64_t streams) { return impl::readAll<V>(x, n, streams); }              \
+    int64_t multiplyAdds(int64_t rounds, bool pairs, float* sink) {                                                    \
+        return impl::multiplyAdds<V>(rounds, pairs, sink);                                                             \
+    }                                                                                                                  \
+    int64_t panelFromRows() { return V::kPanelFromRows; }                                                              \
+    }
