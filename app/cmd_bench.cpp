@@ -44,9 +44,9 @@ nlohmann::json reportToJson(const BenchReport& r) {
                         {"weight_bytes_per_token", row.weightBytesPerToken},
                         {"bandwidth_bound_tokens_per_s", row.boundTokensPerSecond},
                         {"decode_fraction_of_bound", row.decodeTokensPerSecond / row.boundTokensPerSecond},
-                        {"decode_step_ms", 1e3 / row.decodeTokensPerSecond},
+                        {"decode_step_ms", 1e3 * row.decodeStepSeconds()},
                         {"decode_linears_ms", 1e3 * row.decodeLinearsSecondsPerStep},
-                        {"decode_linears_gb_per_s", row.weightBytesPerToken / row.decodeLinearsSecondsPerStep / 1e9}});
+                        {"decode_linears_gb_per_s", row.decodeLinearsBytesPerSecond() / 1e9}});
     for (const auto& k : r.kernelRows) {
         const std::optional<double> fraction = fractionOfPeak(r, k);
         kernelRows.push_back({{"dtype", k.dtype},
@@ -115,9 +115,9 @@ void printReport(const BenchReport& r) {
     std::printf("\n%-5s %-9s %12s %12s %12s %12s\n", "dtype", "kernels", "step ms", "linears ms", "linears GB/s",
                 "rest ms");
     for (const auto& row : r.rows) {
-        const double step = 1e3 / row.decodeTokensPerSecond, linears = 1e3 * row.decodeLinearsSecondsPerStep;
+        const double step = 1e3 * row.decodeStepSeconds(), linears = 1e3 * row.decodeLinearsSecondsPerStep;
         std::printf("%-5s %-9s %12.2f %12.2f %12.1f %12.2f\n", row.dtype.c_str(), row.kernels.c_str(), step, linears,
-                    row.weightBytesPerToken / row.decodeLinearsSecondsPerStep / 1e9, step - linears);
+                    row.decodeLinearsBytesPerSecond() / 1e9, step - linears);
     }
     std::printf(
         "A decode step: its linear layers timed alone (the step's calls in its order, weights from memory), and\n"

@@ -32,6 +32,8 @@ struct BenchRow {
     // A decode step's linear layers alone, timed in the step's order with the step's calls (one row,
     // weights from memory): the part of a step that streams weights; the rest is everything else.
     double decodeLinearsSecondsPerStep = 0;
+    double decodeStepSeconds() const { return 1.0 / decodeTokensPerSecond; }
+    double decodeLinearsBytesPerSecond() const { return weightBytesPerToken / decodeLinearsSecondsPerStep; }
     double decodeMatrixVectorTokensPerSecond = 0;  // torch kernels with --decode-kernel mv; 0 otherwise
     double rebuildTokensPerSecond = 0;   // the prompt's first ids fed one forward per token
     double weightBytesPerToken = 0;      // bytes of weights one decode step must read
