@@ -145,6 +145,19 @@ int64_t sumValuesInBlocks(const float* const* weights, const Element* values, in
     return d0;
 }
 
+// The weighted sums of `count` < V::kValueRows queries (what a group leaves after its whole sets of
+// kValueRows): their chains side by side as far as they go (three heads: 12 chains instead of three
+// passes of 4), then any features past the last whole block one by one. Q = the largest count left.
+template <typename V, int Q, typename Element>
+void sumValuesOfRest(int64_t count, float* const* weights, const Element* values, int64_t D, int64_t n,
+                     const float* totals, float* const* out) {
+    if constexpr (Q > 0) {
+        if (count < Q) return sumValuesOfRest<V, Q - 1>(count, weights, values, D, n, totals, out);
+        const int64_t rest = sumValuesInBlocks<V, Q>(weights, values, D, n, totals, out);
+        for (int k = 0; k < Q; ++k) sumValuesFrom<V>(rest, weights[k], values, D, n, totals[k], out[k]);
+    }
+}
+
 // `count` (query row s, head) pairs, heads h0, h0 + 1, ... of one KV head, up to V::kRows of them:
 // for each, scores over keys 0..start+s, softmax (max, then exp and sum in key order), then the
 // weighted sum of values accumulated per feature in key order and divided by the sum. Each key and
@@ -182,20 +195,15 @@ void attentionGroup(const AttentionArgs<Element>& a, int64_t s, int64_t h0, int6
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) totals[r] += scores[r][t];
 
-    // The whole blocks for V::kValueRows queries at once where their chains fit the registers, else
-    // one by one; then any features past the last whole block.
+    // The whole blocks for V::kValueRows queries at once (as many chains as fit the registers),
+    // then what is left; then any features past the last whole block.
     int64_t r = 0;
-    if constexpr (V::kValueRows > 1) {
-        for (; r + V::kValueRows <= count; r += V::kValueRows) {
-            const int64_t rest = sumValuesInBlocks<V, V::kValueRows>(scores + r, values, D, n, totals + r, out + r);
-            for (int k = 0; k < V::kValueRows; ++k)
-                sumValuesFrom<V>(rest, scores[r + k], values, D, n, totals[r + k], out[r + k]);
-        }
+    for (; r + V::kValueRows <= count; r += V::kValueRows) {
+        const int64_t rest = sumValuesInBlocks<V, V::kValueRows>(scores + r, values, D, n, totals + r, out + r);
+        for (int k = 0; k < V::kValueRows; ++k)
+            sumValuesFrom<V>(rest, scores[r + k], values, D, n, totals[r + k], out[r + k]);
     }
-    for (; r < count; ++r) {
-        const int64_t rest = sumValuesInBlocks<V, 1>(scores + r, values, D, n, totals + r, out + r);
-        sumValuesFrom<V>(rest, scores[r], values, D, n, totals[r], out[r]);
-    }
+    sumValuesOfRest<V, V::kValueRows - 1>(count - r, scores + r, values, D, n, totals + r, out + r);
 }
 
 // The pairs [begin, end) of [S rows x Q heads], pair = row * Q + head, in groups of up to V::kRows

@@ -94,6 +94,26 @@ struct Avx2Vec {
         const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));                               // + 2
         return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));                      // + 1
     }
+    // out[i] = v[i].sum() for 8 vectors: sum()'s adds, each level on whole registers. 128-bit
+    // halves are named h0, h1.
+    static constexpr int kSideBySideSums = 8;
+    static void sideBySideSums(const Avx2Vec* v, float* out) {
+        __m256 s4[4], s2[2];
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; ++p) {  // + 8, then + 4: v[2p]'s four -> s4[p].h0, v[2p+1]'s -> h1
+            const __m256 a = _mm256_add_ps(v[2 * p].lo, v[2 * p].hi),
+                         b = _mm256_add_ps(v[2 * p + 1].lo, v[2 * p + 1].hi);
+            s4[p] = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+        }
+#pragma GCC unroll 2
+        for (int r = 0; r < 2; ++r)  // + 2: half k of s2[r] holds v[4r + k]'s two, then v[4r + 2 + k]'s
+            s2[r] = _mm256_add_ps(_mm256_shuffle_ps(s4[2 * r], s4[2 * r + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm256_shuffle_ps(s4[2 * r], s4[2 * r + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+        // + 1: lane 4k + m holds v[2m + k]'s total; the permutation puts v[i]'s in lane i.
+        const __m256 totals = _mm256_add_ps(_mm256_shuffle_ps(s2[0], s2[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                            _mm256_shuffle_ps(s2[0], s2[1], _MM_SHUFFLE(3, 1, 3, 1)));
+        _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(totals, _mm256_set_epi32(7, 3, 6, 2, 5, 1, 4, 0)));
+    }
     void store(float* p) const {
         _mm256_storeu_ps(p, lo);
         _mm256_storeu_ps(p + 8, hi);

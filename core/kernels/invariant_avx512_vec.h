@@ -89,6 +89,31 @@ struct Avx512Vec {
         const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));                               // + 2
         return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));                      // + 1
     }
+    // out[i] = v[i].sum() for 16 vectors: sum()'s adds, each level on whole registers. 128-bit
+    // blocks are named b0..b3.
+    static constexpr int kSideBySideSums = 16;
+    static void sideBySideSums(const Avx512Vec* v, float* out) {
+        __m512 s8[8], s4[4], s2[2];
+#pragma GCC unroll 8
+        for (int p = 0; p < 8; ++p) {  // lanes j, j+8 of v[2p] -> s8[p].b0-b1, of v[2p+1] -> b2-b3
+            const __m512 a = v[2 * p].v, b = v[2 * p + 1].v;
+            s8[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+        }
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q)  // + 4: block k of s4[q] holds v[4q + k]'s four
+            s4[q] = _mm512_add_ps(_mm512_shuffle_f32x4(s8[2 * q], s8[2 * q + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                  _mm512_shuffle_f32x4(s8[2 * q], s8[2 * q + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+#pragma GCC unroll 2
+        for (int r = 0; r < 2; ++r)  // + 2: block k of s2[r] holds v[8r + k]'s two, then v[8r + 4 + k]'s
+            s2[r] = _mm512_add_ps(_mm512_shuffle_ps(s4[2 * r], s4[2 * r + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_ps(s4[2 * r], s4[2 * r + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+        // + 1: lane 4k + m holds v[4m + k]'s total; the permutation puts v[i]'s in lane i.
+        const __m512 totals = _mm512_add_ps(_mm512_shuffle_ps(s2[0], s2[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                            _mm512_shuffle_ps(s2[0], s2[1], _MM_SHUFFLE(3, 1, 3, 1)));
+        const __m512i lane = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+        _mm512_storeu_ps(out, _mm512_permutexvar_ps(lane, totals));
+    }
     void store(float* p) const { _mm512_storeu_ps(p, v); }
 };
 
