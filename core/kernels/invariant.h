@@ -79,6 +79,18 @@ float sumOfSquares(Isa isa, const float* x, int64_t n);
 // the same bits on every path and with every C library.
 void exps(Isa isa, const float* x, float shift, float* y, int64_t n);
 
+// The elementwise steps around the kernels, each IEEE fp32 operation of the torch ops they replace
+// in turn, results rounded to bf16 as c10::BFloat16 does (nearest even; a NaN to 0x7FC0); bf16
+// arrays as raw uint16 bits. out[i] = x[i] + bias[i] (bias may be null):
+void finishSums(Isa isa, const float* x, const float* bias, uint16_t* out, int64_t n);
+void finishSums(Isa isa, const float* x, const uint16_t* bias, uint16_t* out, int64_t n);
+// out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g) with exps' e^x:
+void siluGate(Isa isa, const uint16_t* gate, const uint16_t* up, uint16_t* out, int64_t n);
+void siluGate(Isa isa, const float* gate, const float* up, float* out, int64_t n);
+// RMSNorm's last step, out[i] = weight[i] * cast(x[i] * scale):
+void scaleByWeight(Isa isa, const float* x, float scale, const uint16_t* weight, uint16_t* out, int64_t n);
+void scaleByWeight(Isa isa, const float* x, float scale, const float* weight, float* out, int64_t n);
+
 // Memory-bandwidth probes for `kvscope bench`, vectorised like the kernels they bound (a plain C++
 // loop compiles to scalar code at -O2 and under-reads the machine). n: a multiple of 64.
 void triad(Isa isa, float* a, const float* b, const float* c, float s, int64_t n);  // a = b + s * c

@@ -82,6 +82,23 @@ struct Avx2Vec {
         return _mm256_castsi256_ps(_mm256_slli_epi32(biased, 23));
     }
     static Avx2Vec pow2(const Avx2Vec& n) { return {pow2(n.lo), pow2(n.hi)}; }
+    static Avx2Vec div(const Avx2Vec& a, const Avx2Vec& b) {
+        return {_mm256_div_ps(a.lo, b.lo), _mm256_div_ps(a.hi, b.hi)};
+    }
+    static __m256 roundBf16(__m256 x) {  // bits + 0x7FFF + (bit 16), low half cleared
+        const __m256i bits = _mm256_castps_si256(x);
+        const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+        const __m256i bias = _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF));
+        const __m256i rounded = _mm256_and_si256(_mm256_add_epi32(bits, bias), _mm256_set1_epi32(-65536));
+        const __m256 quietNan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000));
+        return _mm256_blendv_ps(_mm256_castsi256_ps(rounded), quietNan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    }
+    static Avx2Vec roundBf16(const Avx2Vec& x) { return {roundBf16(x.lo), roundBf16(x.hi)}; }
+    void storeBf16(uint16_t* p) const {  // PACKUSDW interleaves 128-bit halves; the permute undoes it
+        const __m256i packed = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_castps_si256(lo), 16),
+                                                   _mm256_srli_epi32(_mm256_castps_si256(hi), 16));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_permute4x64_epi64(packed, _MM_SHUFFLE(3, 1, 2, 0)));
+    }
     static __m256 zeroBelow(__m256 x, float limit, __m256 y) {
         return _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(limit), _CMP_NLT_UQ), y);
     }

@@ -78,6 +78,19 @@ struct Avx512Vec {
         const __m512i biased = _mm512_add_epi32(_mm512_cvtps_epi32(n.v), _mm512_set1_epi32(127));
         return {_mm512_castsi512_ps(_mm512_slli_epi32(biased, 23))};
     }
+    static Avx512Vec div(const Avx512Vec& a, const Avx512Vec& b) { return {_mm512_div_ps(a.v, b.v)}; }
+    static Avx512Vec roundBf16(const Avx512Vec& x) {  // bits + 0x7FFF + (bit 16), low half cleared
+        const __m512i bits = _mm512_castps_si512(x.v);
+        const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+        const __m512i bias = _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF));
+        const __m512i rounded = _mm512_and_si512(_mm512_add_epi32(bits, bias), _mm512_set1_epi32(-65536));
+        const __mmask16 nan = _mm512_cmp_ps_mask(x.v, x.v, _CMP_UNORD_Q);
+        return {_mm512_castsi512_ps(_mm512_mask_mov_epi32(rounded, nan, _mm512_set1_epi32(0x7FC00000)))};
+    }
+    void storeBf16(uint16_t* p) const {
+        const __m512i high = _mm512_srli_epi32(_mm512_castps_si512(v), 16);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(high));
+    }
     static Avx512Vec zeroBelow(const Avx512Vec& x, float limit, const Avx512Vec& y) {
         return {_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x.v, _mm512_set1_ps(limit), _CMP_NLT_UQ), y.v)};
     }

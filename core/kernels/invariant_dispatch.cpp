@@ -24,6 +24,12 @@ namespace kvscope::kernels {
     void triad(float*, const float*, const float*, float, int64_t);                                     \
     float readAll(const float*, int64_t, int64_t);                                                      \
     int64_t multiplyAdds(int64_t, bool, float*);                                                        \
+    void finishSums(const float*, const float*, uint16_t*, int64_t);                                    \
+    void finishSums(const float*, const uint16_t*, uint16_t*, int64_t);                                 \
+    void siluGate(const uint16_t*, const uint16_t*, uint16_t*, int64_t);                                \
+    void siluGate(const float*, const float*, float*, int64_t);                                         \
+    void scaleByWeight(const float*, float, const uint16_t*, uint16_t*, int64_t);                       \
+    void scaleByWeight(const float*, float, const float*, float*, int64_t);                             \
     int64_t panelFromRows();                                                                            \
     }
 KVSCOPE_DECLARE_PATH(scalar)
@@ -165,6 +171,24 @@ float readAll(Isa isa, const float* x, int64_t n, int64_t streams) {
 }
 int64_t multiplyAdds(Isa isa, int64_t rounds, bool pairs, float* sink) {
     return KVSCOPE_ON_PATH(isa, multiplyAdds(rounds, pairs, sink));
+}
+void finishSums(Isa isa, const float* x, const float* bias, uint16_t* out, int64_t n) {
+    KVSCOPE_ON_PATH(isa, finishSums(x, bias, out, n));
+}
+void finishSums(Isa isa, const float* x, const uint16_t* bias, uint16_t* out, int64_t n) {
+    KVSCOPE_ON_PATH(isa, finishSums(x, bias, out, n));
+}
+void siluGate(Isa isa, const uint16_t* gate, const uint16_t* up, uint16_t* out, int64_t n) {
+    KVSCOPE_ON_PATH(isa, siluGate(gate, up, out, n));
+}
+void siluGate(Isa isa, const float* gate, const float* up, float* out, int64_t n) {
+    KVSCOPE_ON_PATH(isa, siluGate(gate, up, out, n));
+}
+void scaleByWeight(Isa isa, const float* x, float scale, const uint16_t* weight, uint16_t* out, int64_t n) {
+    KVSCOPE_ON_PATH(isa, scaleByWeight(x, scale, weight, out, n));
+}
+void scaleByWeight(Isa isa, const float* x, float scale, const float* weight, float* out, int64_t n) {
+    KVSCOPE_ON_PATH(isa, scaleByWeight(x, scale, weight, out, n));
 }
 bool widensWeightsItself(Isa isa, int64_t rows) {
     const int64_t from = KVSCOPE_ON_PATH(isa, panelFromRows());

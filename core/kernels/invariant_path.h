@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 // An instruction-set path's entry points from the templates of invariant_impl.h and
-// invariant_attention_impl.h; each invariant_*.cpp defines its vector type, then uses the macro.
-#include "core/kernels/invariant_attention_impl.h"
+// invariant_attention_impl.h and invariant_elementwise_impl.h; each invariant_*.cpp defines its vector type, then uses the macro.
+#include "core/kernels/invariant_elementwise_impl.h"
 
 // The entry points of one instruction-set path, namespace `ns`, on vector type `V` (declared again
 // in invariant_dispatch.cpp). Used once at the end of each invariant_*.cpp, in kvscope::kernels.
@@ -32,6 +32,20 @@
     float readAll(const float* x, int64_t n, int64_t streams) { return impl::readAll<V>(x, n, streams); }              \
     int64_t multiplyAdds(int64_t rounds, bool pairs, float* sink) {                                                    \
         return impl::multiplyAdds<V>(rounds, pairs, sink);                                                             \
+    }                                                                                                                  \
+    void finishSums(const float* x, const float* bias, uint16_t* out, int64_t n) {                                     \
+        impl::finishSums<V>(x, bias, out, n);                                                                          \
+    }                                                                                                                  \
+    void finishSums(const float* x, const uint16_t* bias, uint16_t* out, int64_t n) {                                  \
+        impl::finishSums<V>(x, bias, out, n);                                                                          \
+    }                                                                                                                  \
+    void siluGate(const uint16_t* g, const uint16_t* u, uint16_t* out, int64_t n) { impl::siluGate<V>(g, u, out, n); } \
+    void siluGate(const float* g, const float* u, float* out, int64_t n) { impl::siluGate<V>(g, u, out, n); }          \
+    void scaleByWeight(const float* x, float scale, const uint16_t* w, uint16_t* out, int64_t n) {                     \
+        impl::scaleByWeight<V>(x, scale, w, out, n);                                                                   \
+    }                                                                                                                  \
+    void scaleByWeight(const float* x, float scale, const float* w, float* out, int64_t n) {                           \
+        impl::scaleByWeight<V>(x, scale, w, out, n);                                                                   \
     }                                                                                                                  \
     int64_t panelFromRows() { return V::kPanelFromRows; }                                                              \
     }

@@ -79,6 +79,28 @@ struct ScalarVec {
         }
         return v;
     }
+    static ScalarVec div(const ScalarVec& a, const ScalarVec& b) {
+        return perLane(a, b, [](float x, float y) { return x / y; });
+    }
+    // To bf16 as c10::BFloat16 rounds: to nearest even, a NaN to 0x7FC0 (kept as an fp32 whose low
+    // 16 bits are zero).
+    static ScalarVec roundBf16(const ScalarVec& x) {
+        ScalarVec v;
+        for (int j = 0; j < impl::kLanes; ++j) {
+            uint32_t bits;
+            std::memcpy(&bits, &x.lane[j], sizeof bits);
+            bits = x.lane[j] != x.lane[j] ? 0x7FC00000u : (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
+            std::memcpy(&v.lane[j], &bits, sizeof bits);
+        }
+        return v;
+    }
+    void storeBf16(uint16_t* p) const {  // the top halves (a roundBf16 result's whole value)
+        for (int j = 0; j < impl::kLanes; ++j) {
+            uint32_t bits;
+            std::memcpy(&bits, &lane[j], sizeof bits);
+            p[j] = static_cast<uint16_t>(bits >> 16);
+        }
+    }
     static ScalarVec zeroBelow(const ScalarVec& x, float limit, const ScalarVec& y) {
         ScalarVec v;
         for (int j = 0; j < impl::kLanes; ++j) v.lane[j] = x.lane[j] < limit ? 0.0f : y.lane[j];

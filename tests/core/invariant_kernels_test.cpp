@@ -151,6 +151,80 @@ TEST(InvariantKernels, TheKernelsExpIsWithinTwoUlpAndTheSameOnEveryPath) {
     }
 }
 
+// The elementwise steps (a linear's bias and rounding, SiLU-gate, RMSNorm's scaling) on every path,
+// the reference included, give the bits of the fp32 operations and c10::BFloat16's rounding that
+// they replace, on values that reach every case of the rounding: ties to even both ways, the
+// largest finite float (which rounds to infinity), infinities, NaN, denormals, both zeros.
+TEST(InvariantKernels, TheElementwiseStepsRoundAsTorchDoes) {
+    std::vector<float> x = {1.0f + 0x1p-8f,
+                            1.0f + 0x3p-8f,
+                            -1.0f - 0x1p-8f,
+                            3.4028235e38f,
+                            -3.4028235e38f,
+                            INFINITY,
+                            -INFINITY,
+                            NAN,
+                            1e-40f,
+                            -1e-40f,
+                            0.0f,
+                            -0.0f,
+                            65504.0f,
+                            1.0f + 0x1p-9f};
+    const torch::Tensor random = torch::randn({1000}) * 50;
+    for (int64_t i = 0; i < random.numel(); ++i) x.push_back(random[i].item<float>());
+    const auto n = static_cast<int64_t>(x.size());
+    std::vector<float> y(x.rbegin(), x.rend()), scaled(x.size());
+    std::vector<uint16_t> xb(x.size()), yb(x.size());
+    auto bits = [](c10::BFloat16 v) { return v.x; };
+    for (std::size_t i = 0; i < x.size(); ++i) xb[i] = bits(c10::BFloat16(x[i])), yb[i] = bits(c10::BFloat16(y[i]));
+    auto value = [](uint16_t b) { return static_cast<float>(c10::BFloat16(b, c10::BFloat16::from_bits())); };
+
+    std::vector<uint16_t> withFloatBias(x.size()), withBf16Bias(x.size()), noBias(x.size()), silu(x.size()),
+        normed(x.size());
+    std::vector<float> e(x.size()), siluF(x.size()), normedF(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        withFloatBias[i] = bits(c10::BFloat16(x[i] + y[i]));
+        withBf16Bias[i] = bits(c10::BFloat16(x[i] + value(yb[i])));
+        noBias[i] = bits(c10::BFloat16(x[i]));
+        e[i] = -value(xb[i]);
+        normed[i] = bits(c10::BFloat16(value(yb[i]) * value(bits(c10::BFloat16(x[i] * 0.37f)))));
+        normedF[i] = y[i] * (x[i] * 0.37f);
+    }
+    kernels::exps(Isa::Scalar, e.data(), 0.0f, e.data(), n);
+    for (std::size_t i = 0; i < x.size(); ++i)
+        silu[i] = bits(c10::BFloat16(value(xb[i]) / (1.0f + e[i]) * value(yb[i])));
+    for (std::size_t i = 0; i < x.size(); ++i) e[i] = -x[i];
+    kernels::exps(Isa::Scalar, e.data(), 0.0f, e.data(), n);
+    for (std::size_t i = 0; i < x.size(); ++i) siluF[i] = x[i] / (1.0f + e[i]) * y[i];
+
+    std::vector<Isa> paths = vectorPaths();
+    paths.insert(paths.begin(), Isa::Scalar);
+    auto same = [](const auto& a, const auto& b, int64_t count) {
+        return std::memcmp(a.data(), b.data(), static_cast<std::size_t>(count) * sizeof(a[0])) == 0;
+    };
+    for (const Isa isa : paths) {
+        for (const int64_t count : {n, int64_t{5}, int64_t{16}, int64_t{21}}) {  // whole steps and a padded tail
+            const std::string where = std::string(kernels::isaName(isa)) + " n=" + std::to_string(count);
+            std::vector<uint16_t> out(x.size());
+            std::vector<float> outF(x.size());
+            kernels::finishSums(isa, x.data(), y.data(), out.data(), count);
+            EXPECT_TRUE(same(out, withFloatBias, count)) << where << " fp32 bias";
+            kernels::finishSums(isa, x.data(), yb.data(), out.data(), count);
+            EXPECT_TRUE(same(out, withBf16Bias, count)) << where << " bf16 bias";
+            kernels::finishSums(isa, x.data(), static_cast<const float*>(nullptr), out.data(), count);
+            EXPECT_TRUE(same(out, noBias, count)) << where << " no bias";
+            kernels::siluGate(isa, xb.data(), yb.data(), out.data(), count);
+            EXPECT_TRUE(same(out, silu, count)) << where << " bf16 SiLU";
+            kernels::siluGate(isa, x.data(), y.data(), outF.data(), count);
+            EXPECT_TRUE(same(outF, siluF, count)) << where << " fp32 SiLU";
+            kernels::scaleByWeight(isa, x.data(), 0.37f, yb.data(), out.data(), count);
+            EXPECT_TRUE(same(out, normed, count)) << where << " bf16 norm";
+            kernels::scaleByWeight(isa, x.data(), 0.37f, y.data(), outF.data(), count);
+            EXPECT_TRUE(same(outF, normedF, count)) << where << " fp32 norm";
+        }
+    }
+}
+
 // Where VDPBF16PS runs at half the FMA rate (CPUs with AMX-BF16), a bf16 linear of 32 rows or
 // more takes the pair order by FMAs on the AVX-512F path; everything else keeps its path.
 TEST(InvariantKernels, ManyBf16RowsTakeTheFmaRouteOnlyWhereTheCpuHasAmx) {
