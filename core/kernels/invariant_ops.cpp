@@ -161,40 +161,59 @@ torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, doubl
     return out;
 }
 
-torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& invFreq, int64_t start) {
+RopeAngles ropeAngles(const torch::Tensor& invFreq, int64_t start, int64_t S) {
+    const torch::Tensor freq = asFloat(invFreq);                                           // [D/2]
+    const int64_t half = freq.numel();
+    RopeAngles angles{torch::empty({S, half}, torch::kFloat32), torch::empty({S, half}, torch::kFloat32)};
+    const float* fp = freq.data_ptr<float>();
+    float* cp = angles.cosines.data_ptr<float>();
+    float* sp = angles.sines.data_ptr<float>();
+    for (int64_t s = 0; s < S; ++s) {
+        const float position = static_cast<float>(start + s);
+        for (int64_t i = 0; i < half; ++i) {
+            const float angle = position * fp[i];
+            cp[s * half + i] = std::cos(angle);
+            sp[s * half + i] = std::sin(angle);
+        }
+    }
+    return angles;
+}
+
+torch::Tensor rope(const torch::Tensor& x, const RopeAngles& angles) {
     requireCpuFloat(x, "RoPE's input");
     const int64_t S = x.size(0), heads = x.size(1), D = x.size(2), half = D / 2;
+    if (angles.cosines.size(0) != S || angles.cosines.size(1) != half)
+        throw UsageError("--kernels invariant: RoPE's angles do not match its input's rows and head size");
     const torch::Tensor xc = x.contiguous();                                               // [S, heads, D]
-    const torch::Tensor freq = asFloat(invFreq);                                           // [D/2]
     torch::Tensor out = torch::empty_like(xc);                                             // [S, heads, D]
-    const float* fp = freq.data_ptr<float>();
+    const float* cosines = angles.cosines.data_ptr<float>();
+    const float* sines = angles.sines.data_ptr<float>();
     withElement(x.scalar_type(), [&](auto element) {
         using T = decltype(element);
         const T* xp = static_cast<const T*>(xc.data_ptr());
         T* op = static_cast<T*>(out.data_ptr());
         parallel(S, 1, [&](int64_t begin, int64_t end) {
-            std::vector<float> cosines(half), sines(half);
             for (int64_t s = begin; s < end; ++s) {
-                const float position = static_cast<float>(start + s);
-                for (int64_t i = 0; i < half; ++i) {
-                    const float angle = position * fp[i];
-                    cosines[i] = std::cos(angle);
-                    sines[i] = std::sin(angle);
-                }
+                const float* c = cosines + s * half;
+                const float* n = sines + s * half;
                 for (int64_t h = 0; h < heads; ++h) {
                     const T* row = xp + (s * heads + h) * D;
                     T* dst = op + (s * heads + h) * D;
                     for (int64_t i = 0; i < half; ++i) {  // (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin)
                         const float x1 = static_cast<float>(row[i]), x2 = static_cast<float>(row[i + half]);
-                        const float a = x1 * cosines[i], b = x2 * sines[i], c = x2 * cosines[i], d = x1 * sines[i];
+                        const float a = x1 * c[i], b = x2 * n[i], cc = x2 * c[i], d = x1 * n[i];
                         dst[i] = T(a - b);
-                        dst[i + half] = T(c + d);
+                        dst[i + half] = T(cc + d);
                     }
                 }
             }
         });
     });
     return out;
+}
+
+torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& invFreq, int64_t start) {
+    return rope(x, ropeAngles(invFreq, start, x.size(0)));
 }
 
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& keys, const torch::Tensor& values, int64_t start,

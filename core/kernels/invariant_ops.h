@@ -30,7 +30,15 @@ std::vector<torch::Tensor> linears(const torch::Tensor& x, const std::vector<Pro
                                    torch::ScalarType outType, Isa isa = bestIsa());
 // x: [..., n]  weight: [n]  ->  like x. weight * cast(x * rsqrt(mean(x^2) + eps)), as HF's RMSNorm.
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps, Isa isa = bestIsa());
-// x: [S, heads, D]  invFreq: [D/2] fp32  ->  rotated at positions [start, start+S) (rotate-half)
+// RoPE's cos and sin for the positions [start, start+S): [S, D/2] fp32 each, of position * invFreq
+// in fp32. A forward computes them once for all its layers' queries and keys.
+struct RopeAngles {
+    torch::Tensor cosines, sines;
+};
+RopeAngles ropeAngles(const torch::Tensor& invFreq, int64_t start, int64_t S);
+// x: [S, heads, D]  ->  rotated at the angles' positions (rotate-half)
+torch::Tensor rope(const torch::Tensor& x, const RopeAngles& angles);
+// The same at positions [start, start+S) (invFreq: [D/2]).
 torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& invFreq, int64_t start);
 // q: [S, Q, D] (after RoPE)  keys, values: [KV, T, D] views of the cache (T = start + S)  ->  [S, Q*D]
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& keys, const torch::Tensor& values, int64_t start,

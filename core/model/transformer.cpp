@@ -212,6 +212,7 @@ struct Transformer::Span {
     int64_t start = 0;          // keys before the new rows (the cache length), 0 when packed
     torch::Tensor positions;    // [S] fp32 rotary positions
     torch::Tensor hidden;       // [S, start+S] bool, true = masked; undefined when S == 1
+    kernels::RopeAngles angles; // invariant kernels: RoPE's cos and sin, once for every layer
     KvCache* cache = nullptr;   // appended to and read back; null: attend to the new rows only
 };
 
@@ -243,6 +244,7 @@ torch::Tensor Transformer::forward(const std::vector<int64_t>& ids, KvCache& cac
         span.hidden = torch::ones({S, start + S}, torch::TensorOptions().dtype(torch::kBool).device(device_))
                           .triu(start + 1);                                               // [S, T]
     span.cache = &cache;
+    if (invariant()) span.angles = kernels::ropeAngles(invFreq_, start, S);
 
     torch::Tensor tokens = torch::tensor(ids, torch::TensorOptions().dtype(torch::kInt64)).to(device_);  // [S]
     torch::Tensor x = torch::embedding(weights_.embed, tokens);                           // [S, H]
@@ -386,8 +388,8 @@ torch::Tensor Transformer::invariantAttention(int64_t l, const torch::Tensor& x,
         observe(observer, l, "q_norm", q);
         observe(observer, l, "k_norm", k);
     }
-    q = kernels::rope(q, invFreq_, span.start);                                           // [S, Q, D]
-    k = kernels::rope(k, invFreq_, span.start).transpose(0, 1);                           // [KV, S, D]
+    q = kernels::rope(q, span.angles);                                                    // [S, Q, D]
+    k = kernels::rope(k, span.angles).transpose(0, 1);                                    // [KV, S, D]
     v = v.transpose(0, 1);                                                                // [KV, S, D]
     observe(observer, l, "rope_q", q.transpose(0, 1), 1);
     observe(observer, l, "rope_k", k, 1);
