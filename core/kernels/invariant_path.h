@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// An instruction-set path's entry points from the templates of invariant_impl.h and
-// invariant_attention_impl.h and invariant_elementwise_impl.h; each invariant_*.cpp defines its vector type, then uses the macro.
+// An instruction-set path's entry points from the templates of invariant_impl.h,
+// invariant_attention_impl.h and invariant_elementwise_impl.h; each invariant_*.cpp defines its
+// vector type, then uses the macro.
 #include "core/kernels/invariant_elementwise_impl.h"
 
 // The entry points of one instruction-set path, namespace `ns`, on vector type `V` (declared again
