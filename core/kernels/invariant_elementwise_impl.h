@@ -20,33 +20,33 @@ void storeAs(const V& v, Element* out) {
         v.store(out);
 }
 
-// f(i, loadLanes) -> the 16 results from element i, for i in [0, n); a partial last step reads
-// zero-padded copies and writes only its n % 16 results.
+// out[i, i + 16) = f(load) for i in [0, n) by 16, where load(p) reads p[i, i + 16); a partial last
+// step reads zero-padded copies and writes only its n % 16 results.
 template <typename V, typename Out, typename F>
 void eachStep(int64_t n, Out* out, const F& f) {
     int64_t i = 0;
-    for (; i + kLanes <= n; i += kLanes) storeAs<V>(f(i, [i](const auto* p) { return V::load(p + i); }), out + i);
+    for (; i + kLanes <= n; i += kLanes) storeAs<V>(f([i](const auto* p) { return V::load(p + i); }), out + i);
     if (i == n) return;
     const int64_t left = n - i;
     auto padded = [i, left](const auto* p) { return loadPadded<V>(p + i, left); };
     Out buffer[kLanes];
-    storeAs<V>(f(i, padded), buffer);
+    storeAs<V>(f(padded), buffer);
     memcpy(out + i, buffer, static_cast<size_t>(left) * sizeof(Out));
 }
 
 // out[i] = x[i] + bias[i] (no bias: x[i]), in the output's dtype.
 template <typename V, typename Bias, typename Out>
 void finishSums(const float* x, const Bias* bias, Out* out, int64_t n) {
-    eachStep<V>(n, out, [&](int64_t, auto load) { return bias ? V::add(load(x), load(bias)) : load(x); });
+    eachStep<V>(n, out, [&](auto load) { return bias ? V::add(load(x), load(bias)) : load(x); });
 }
 
-// out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g) with the kernels' exp: e^(-g - 0), the
-// value exps(-g, shift 0) gives.
+// out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g) with the kernels' exp (exps(-g, 0)'s
+// value: subtracting its zero shift changes no value, -0 included).
 template <typename V, typename Element>
 void siluGate(const Element* gate, const Element* up, Element* out, int64_t n) {
-    eachStep<V>(n, out, [&](int64_t, auto load) {
+    eachStep<V>(n, out, [&](auto load) {
         const V g = load(gate);
-        const V e = expOf<V>(V::sub(V::mul(g, V::broadcast(-1.0f)), V::zero()));
+        const V e = expOf<V>(V::mul(g, V::broadcast(-1.0f)));
         return V::mul(V::div(g, V::add(V::broadcast(1.0f), e)), load(up));
     });
 }
@@ -56,7 +56,7 @@ void siluGate(const Element* gate, const Element* up, Element* out, int64_t n) {
 template <typename V, typename Element>
 void scaleByWeight(const float* x, float scale, const Element* weight, Element* out, int64_t n) {
     const V by = V::broadcast(scale);
-    eachStep<V>(n, out, [&](int64_t, auto load) {
+    eachStep<V>(n, out, [&](auto load) {
         V normed = V::mul(load(x), by);
         if constexpr (sizeof(Element) == sizeof(uint16_t)) normed = V::roundBf16(normed);
         return V::mul(load(weight), normed);
