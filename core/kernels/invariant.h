@@ -34,7 +34,7 @@ namespace kvscope::kernels {
 enum class Isa { Scalar, Avx2, Avx512, Avx512Bf16 };
 Isa bestIsa();                 // the widest path this CPU and this build can run
 // The path for a bf16 x bf16 linear of `rows` rows on `isa`: the same, or the AVX-512F path (the
-// pair order by FMAs on laid-out copies: the same bits) for many rows on a CPU whose VDPBF16PS
+// pair order by FMAs on packed copies: the same bits) for many rows on a CPU whose VDPBF16PS
 // issues at half the FMA rate. Measured on a Sapphire Rapids (2 cores): a 512-token bf16 prefill at
 // 246-247 tok/s that way against 229-235 with VDPBF16PS; decode rows keep VDPBF16PS.
 Isa pairsPathForRows(Isa isa, int64_t rows);

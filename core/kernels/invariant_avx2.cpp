@@ -35,7 +35,8 @@ struct Avx2Vec {
     // broadcast (panelLinear). From 24 rows the packed panel pays for itself.
     using Wide = Avx2Wide;
     static constexpr int kPanelRows = 6, kPanelFromRows = 24;
-    static constexpr bool kPanelForPairs = true;  // the laid-out pair order: from 32 rows, so panels too
+    static constexpr bool kPanelForPairs = true;  // the pair order from 32 rows (PairLanes), so panels too
+    static constexpr bool kTransposes16 = false;
     using Pairs = impl::EmulatedPairs<Avx2Vec>;
     static constexpr bool kNativePairs = false;
     __m256 lo, hi;

@@ -35,13 +35,14 @@ struct Avx512Vec {
     static constexpr int kValueRows = 4;  // 16 attention chains + 4 value vectors + a broadcast
     // The 16-lane order keeps the 4 x 4 tile for many rows: panelLinear, which must pack fp32 weights
     // from memory first, measured 212-228 GFLOP/s against the tile's 236-289 (Sapphire Rapids, 2
-    // threads, 512 rows). The pair order without VDPBF16PS, whose weights linearPairs lays out in L2
-    // anyway, takes panelLinear: 12 rows x 32 outputs of one lane in 24 registers, 2 weight vectors
-    // and a broadcast, 14 loads per 24 FMAs (193-215 GFLOP/s there, against the tile's 147-185).
+    // threads, 512 rows). The pair order without VDPBF16PS takes panelLinear: 12 rows x 32 outputs
+    // of one lane in 24 registers, 2 weight vectors and a broadcast, 14 loads per 24 FMAs (253-277
+    // GFLOP/s there, packing included, against the tile's 147-185).
     using Wide = Avx512Vec;  // 16 outputs side by side
     static constexpr int kWidth = 16;
     static constexpr int kPanelRows = 12, kPanelFromRows = 0;
     static constexpr bool kPanelForPairs = true;
+    static constexpr bool kTransposes16 = true;
 #ifdef __AVX512BF16__
     using Pairs = NativePairs;
     static constexpr bool kNativePairs = true;
@@ -128,6 +129,40 @@ struct Avx512Vec {
         _mm512_storeu_ps(out, _mm512_permutexvar_ps(lane, totals));
     }
     void store(float* p) const { _mm512_storeu_ps(p, v); }
+    // v[j] lane i <- v[i] lane j, in 64 shuffles (panelLinear's weight packing). 128-bit blocks are
+    // named b0..b3; after the two unpack levels, block b of u[4m + q] holds lane 4b + q of v[4m..4m+3].
+    static void transpose16(Avx512Vec* v) {
+        __m512 t[16], u[16];
+#pragma GCC unroll 8
+        for (int k = 0; k < 16; k += 2) {
+            t[k] = _mm512_unpacklo_ps(v[k].v, v[k + 1].v);
+            t[k + 1] = _mm512_unpackhi_ps(v[k].v, v[k + 1].v);
+        }
+        auto low = [](__m512 a, __m512 b) {
+            return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+        };
+        auto high = [](__m512 a, __m512 b) {
+            return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+        };
+#pragma GCC unroll 4
+        for (int m = 0; m < 16; m += 4) {
+            u[m] = low(t[m], t[m + 2]);
+            u[m + 1] = high(t[m], t[m + 2]);
+            u[m + 2] = low(t[m + 1], t[m + 3]);
+            u[m + 3] = high(t[m + 1], t[m + 3]);
+        }
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) {  // block m of v[4b + q] <- block b of u[4m + q]
+            const __m512 a0 = _mm512_shuffle_f32x4(u[q], u[4 + q], _MM_SHUFFLE(1, 0, 1, 0)),
+                         a1 = _mm512_shuffle_f32x4(u[q], u[4 + q], _MM_SHUFFLE(3, 2, 3, 2)),
+                         a2 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], _MM_SHUFFLE(1, 0, 1, 0)),
+                         a3 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], _MM_SHUFFLE(3, 2, 3, 2));
+            v[q].v = _mm512_shuffle_f32x4(a0, a2, _MM_SHUFFLE(2, 0, 2, 0));
+            v[4 + q].v = _mm512_shuffle_f32x4(a0, a2, _MM_SHUFFLE(3, 1, 3, 1));
+            v[8 + q].v = _mm512_shuffle_f32x4(a1, a3, _MM_SHUFFLE(2, 0, 2, 0));
+            v[12 + q].v = _mm512_shuffle_f32x4(a1, a3, _MM_SHUFFLE(3, 1, 3, 1));
+        }
+    }
 };
 
 #ifdef __AVX512BF16__

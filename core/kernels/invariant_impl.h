@@ -12,8 +12,10 @@
 //   V::kDecodeCols, V::kDecodePairCols: outputs per tile for a single row, in either order,
 //   V::kValueRows: how many queries' attention sums (4 chains each) fit its registers at once,
 //   V::kPanelFromRows: from how many rows linear runs as panelLinear (0: never), V::kPanelForPairs:
-//   whether the laid-out pair order does, with V::Wide (an output vector: kWidth, zero, broadcast,
-//   load, fma, add, store) and V::kPanelRows rows per tile,
+//   whether the pair order does from 32 rows, with V::Wide (an output vector: kWidth, zero,
+//   broadcast, load, fma, add, store), V::kPanelRows rows per tile and V::kTransposes16: whether
+//   V::transpose16(v) turns 16 vectors in place into their transpose (v[j] lane i = old v[i] lane j),
+//   V::loadOdd(p) and V::loadEven(p): lanes j = the bf16 elements 2j+1, 2j of p[0..32), widened,
 //   V::Pairs: the pair order's step (invariant.h) on 32 bf16 elements, Chunk load(const uint16_t*)
 //   and V dot(x, w, acc); EmulatedPairs<V> below (two FMAs, from V::loadOdd and V::loadEven) or
 //   the dot-product instruction, with V::kNativePairs saying which.
@@ -214,40 +216,116 @@ inline float widened(uint16_t bf16) {  // bf16 is the top half of an fp32: exact
     return value;
 }
 
-// The same order for many rows, computed as an outer product. Lane j of output (r, o) is the chain
-// of FMAs over inputs j, j+16, j+32, ... (zero-padded) from 0; here the chains of one lane advance
-// together for a tile of R rows x 2W outputs (W: an output vector type, W::kWidth outputs side by
-// side), one weight load per W outputs and one broadcast per row feeding 2R FMAs, where dotTile
-// needs one 16-lane accumulator per output and loads of both operands for every FMA pair. Each
-// chain sees the same FMAs in the same order, and the 16 lanes are then summed by the same tree,
-// so the bits are dotTile's (the kernel tests hold this path to the scalar reference).
-//   panel: the 2W weight rows of a tile, widened to fp32 and laid out [lane j][step t][output c]
-//          = w[o + c][16 t + j], zero-padded, so that one lane streams contiguously from L2
+// Where lane j of step t of a reduction over `in` elements reads, for panelLinear, with the
+// dotTile steps that compute the same order (what panelLinear falls back on):
+//   LaneOrder: the 16-lane order, element 16 t + j;
+//   PairLanes: the pair order as the 16-lane order over each chunk c of 32 elements rearranged,
+//              step 2c its odd elements 32 c + 2 j + 1, step 2c + 1 its even ones (invariant.h).
+// lanes(row, in, t): step t's 16 elements of a row, widened to fp32, zero past the row's end.
+template <typename V>
+struct LaneOrder {
+    using Steps = LaneSteps<V>;
+    static constexpr bool kRowsInPlace = true;  // its rows are fp32 already, 16 lanes a step
+    static int64_t steps(int64_t in) { return (in + kLanes - 1) / kLanes; }
+    template <typename Element>
+    static V lanes(const Element* row, int64_t in, int64_t t) {
+        const int64_t i = t * kLanes;
+        return i + kLanes <= in ? V::load(row + i) : loadPadded<V>(row + i, in - i);
+    }
+};
+
+template <typename V>
+struct PairLanes {
+    using Steps = PairSteps<V>;
+    static constexpr bool kRowsInPlace = false;
+    static int64_t steps(int64_t in) { return (in + 2 * kLanes - 1) / (2 * kLanes) * 2; }
+    static V lanes(const uint16_t* row, int64_t in, int64_t t) {
+        const int64_t i = t / 2 * 2 * kLanes;
+        if (i + 2 * kLanes <= in) return t % 2 == 0 ? V::loadOdd(row + i) : V::loadEven(row + i);
+        uint16_t padded[2 * kLanes] = {};
+        memcpy(padded, row + i, static_cast<size_t>(in - i) * sizeof(uint16_t));
+        return t % 2 == 0 ? V::loadOdd(padded) : V::loadEven(padded);
+    }
+};
+
+// Rows [0, rows) in tiles of R, laid out [tile][step t][row k][lane j] (zeros past the last row),
+// so that a step's R broadcasts sit at fixed offsets from one pointer.
+template <typename V, int R, typename Order, typename Element>
+void packRows(const Element* x, int64_t rows, int64_t in, float* out) {
+    const int64_t T = Order::steps(in);
+    for (int64_t r = 0; r < rows; r += R)
+        for (int64_t t = 0; t < T; ++t)
+            for (int k = 0; k < R; ++k, out += kLanes)
+                (r + k < rows ? Order::lanes(x + (r + k) * in, in, t) : V::zero()).store(out);
+}
+
+// Weight rows [o, o + P) laid out [lane j][step t][output c] (zeros from o1 on), so that one lane
+// streams contiguously. Step by step, each row's 16 lanes are loaded as a vector; where V can
+// transpose 16 of them in registers (kTransposes16), 16 rows' vectors become 16 lanes' runs of
+// outputs, stored whole; otherwise each vector is spread over the lanes' runs element by element
+// (their lines stay in L1 while the P rows of a step fill them).
+template <typename V, int P, typename Order, typename Element>
+void packPanel(const Element* w, int64_t in, int64_t o, int64_t o1, float* panel) {
+    const int64_t T = Order::steps(in);
+    auto rowLanes = [&](int c, int64_t t) { return o + c < o1 ? Order::lanes(w + (o + c) * in, in, t) : V::zero(); };
+    for (int64_t t = 0; t < T; ++t) {
+        if constexpr (V::kTransposes16 && P % kLanes == 0) {
+            for (int h = 0; h < P; h += kLanes) {
+                V lanes[kLanes];
+#pragma GCC unroll 16
+                for (int c = 0; c < kLanes; ++c) lanes[c] = rowLanes(h + c, t);
+                V::transpose16(lanes);
+#pragma GCC unroll 16
+                for (int j = 0; j < kLanes; ++j) lanes[j].store(panel + (j * T + t) * P + h);
+            }
+        } else {
+            for (int c = 0; c < P; ++c) {
+                float lanes[kLanes];
+                rowLanes(c, t).store(lanes);
+                for (int64_t j = 0; j < kLanes; ++j) panel[(j * T + t) * P + c] = lanes[j];
+            }
+        }
+    }
+}
+
+// The same order for many rows, computed as an outer product. Lane j of output (r, o) is a chain
+// of FMAs over its lane's elements (Order) from 0; here the chains of one lane advance together for
+// a tile of R rows x 2W outputs (W: an output vector type, W::kWidth outputs side by side), one
+// weight load per W outputs and one broadcast per row feeding 2R FMAs, where dotTile needs one
+// 16-lane accumulator per output and loads of both operands for every FMA pair. Each chain sees the
+// same FMAs in the same order, and the 16 lanes are then summed by the same tree, so the bits are
+// dotTile's (the kernel tests hold this path to the scalar reference). Padding adds 0 * 0 to a chain,
+// which leaves it as it was (a chain that starts at +0 is never -0).
+//   xs:    the rows, packRows' layout, widened once per call; fp32 rows in the 16-lane order are
+//          read where they are (Order::kRowsInPlace: packing them measured 5% slower on AVX2)
+//   panel: 2W weight rows at a time, packPanel's layout, widened once per call
 //   part:  [lane j][row][output], the chains' ends, summed by the tree
 // The reduction goes in chunks of kChunk steps, all 16 lanes per chunk, so the rows' inputs that a
 // chunk reads (R x kChunk cache lines) stay in L1 while every lane passes over them.
-template <typename V, typename Element>
-void panelLinear(const float* x, int64_t rows, int64_t in, const Element* w, float* y, int64_t yStride, int64_t o0,
+template <typename V, typename Order, typename XElement, typename Element>
+void panelLinear(const XElement* x, int64_t rows, int64_t in, const Element* w, float* y, int64_t yStride, int64_t o0,
                  int64_t o1) {
     using W = typename V::Wide;
     constexpr int R = V::kPanelRows, P = 2 * W::kWidth;
-    constexpr int64_t kChunk = 32;
-    const int64_t T = (in + kLanes - 1) / kLanes;  // steps per lane
+    constexpr int64_t kChunk = 32, kTileFloats = R * kLanes;  // a tile's floats a step
+    constexpr bool kInPlace = Order::kRowsInPlace;
+    const int64_t T = Order::steps(in), tiles = (rows + R - 1) / R;
     float* panel = static_cast<float*>(malloc(static_cast<size_t>(kLanes * T * P) * sizeof(float)));
-    if (!panel)
-        return linearTiles<V, V::kRows, V::kCols, LaneSteps<V>>(x, rows, in, w, y, yStride, o0, o1);  // same bits
+    float* xs =
+        kInPlace ? nullptr : static_cast<float*>(malloc(static_cast<size_t>(tiles * T * kTileFloats) * sizeof(float)));
+    if (!panel || (!kInPlace && !xs)) {  // out of memory: the same bits, slower
+        free(panel);
+        free(xs);
+        return linearTiles<V, V::kRows, V::kCols, typename Order::Steps>(x, rows, in, w, y, yStride, o0, o1);
+    }
+    if constexpr (!kInPlace) packRows<V, R, Order>(x, rows, in, xs);
     for (int64_t o = o0; o < o1; o += P) {
-        for (int c = 0; c < P; ++c) {  // each weight row read once, in order (the panel stays in L2)
-            const Element* row = o + c < o1 ? w + (o + c) * in : nullptr;
-            for (int64_t t = 0; t < T; ++t)
-                for (int64_t j = 0; j < kLanes; ++j) {
-                    const int64_t i = t * kLanes + j;
-                    panel[(j * T + t) * P + c] = row && i < in ? widened(row[i]) : 0.0f;
-                }
-        }
-        for (int64_t r = 0; r < rows; r += R) {
-            const float* xs[R];
-            for (int k = 0; k < R; ++k) xs[k] = x + smaller(r + k, rows - 1) * in;
+        packPanel<V, P, Order>(w, in, o, o1, panel);
+        for (int64_t tile = 0; tile < tiles; ++tile) {
+            const int64_t r = tile * R;
+            const float* xt = kInPlace ? nullptr : xs + tile * T * kTileFloats;  // packed
+            const XElement* xr[R];                                                // in place
+            for (int k = 0; k < R; ++k) xr[k] = x + smaller(r + k, rows - 1) * in;
             float part[kLanes][R][P];
             for (int64_t t0 = 0; t0 < T; t0 += kChunk) {
                 const int64_t t1 = smaller(T, t0 + kChunk);
@@ -258,15 +336,15 @@ void panelLinear(const float* x, int64_t rows, int64_t in, const Element* w, flo
 #pragma GCC unroll 2
                         for (int h = 0; h < 2; ++h)
                             acc[k][h] = t0 == 0 ? W::zero() : W::load(&part[j][k][h * W::kWidth]);
-                    // A lane past the input's end would add padding, 0 * 0: that leaves any sum
-                    // as it was (a chain that starts at +0 is never -0), so it is not done.
-                    const int64_t end = t1 == T && (T - 1) * kLanes + j >= in ? T - 1 : t1;
-                    for (int64_t t = t0; t < end; ++t) {
-                        const float* wp = panel + (j * T + t) * P;
+                    const float* wp = panel + (j * T + t0) * P;
+                    const float* xp = kInPlace ? nullptr : xt + t0 * kTileFloats + j;
+                    // In place, a lane past the row's end is not read (the panel has zeros there).
+                    const int64_t end = kInPlace && t1 == T && (T - 1) * kLanes + j >= in ? T - 1 : t1;
+                    for (int64_t t = t0; t < end; ++t, wp += P, xp += kTileFloats) {
                         const W w0 = W::load(wp), w1 = W::load(wp + W::kWidth);
 #pragma GCC unroll 16
                         for (int k = 0; k < R; ++k) {
-                            const W b = W::broadcast(xs[k][t * kLanes + j]);
+                            const W b = W::broadcast(kInPlace ? xr[k][t * kLanes + j] : xp[k * kLanes]);
                             acc[k][0] = W::fma(b, w0, acc[k][0]);
                             acc[k][1] = W::fma(b, w1, acc[k][1]);
                         }
@@ -292,13 +370,14 @@ void panelLinear(const float* x, int64_t rows, int64_t in, const Element* w, flo
         }
     }
     free(panel);
+    free(xs);
 }
 
 template <typename V, typename Element>
 void linear(const float* x, int64_t rows, int64_t in, const Element* w, float* y, int64_t yStride, int64_t o0,
             int64_t o1) {
     if constexpr (V::kPanelFromRows > 0) {
-        if (rows >= V::kPanelFromRows) return panelLinear<V>(x, rows, in, w, y, yStride, o0, o1);
+        if (rows >= V::kPanelFromRows) return panelLinear<V, LaneOrder<V>>(x, rows, in, w, y, yStride, o0, o1);
     }
     if (rows >= V::kRows)
         linearTiles<V, V::kRows, V::kCols, LaneSteps<V>>(x, rows, in, w, y, yStride, o0, o1);
@@ -306,63 +385,19 @@ void linear(const float* x, int64_t rows, int64_t in, const Element* w, float* y
         linearTiles<V, 1, V::kDecodeCols, LaneSteps<V>>(x, rows, in, w, y, yStride, o0, o1);  // a decode step's one row
 }
 
-// The pair order's input, laid out for the 16-lane order (invariant.h): each row widened to fp32,
-// zero-padded to a multiple of 32 elements, each chunk of 32 as its 16 odd elements, then its 16
-// even ones. `out` holds rows x pairedLength(in) floats.
-inline int64_t pairedLength(int64_t in) { return (in + 2 * kLanes - 1) / (2 * kLanes) * (2 * kLanes); }
-inline void layOutPairs(const uint16_t* x, int64_t rows, int64_t in, float* out) {
-    const int64_t padded = pairedLength(in);
-    for (int64_t r = 0; r < rows; ++r) {
-        const uint16_t* row = x + r * in;
-        float* dst = out + r * padded;
-        for (int64_t chunk = 0; chunk < padded; chunk += 2 * kLanes, dst += 2 * kLanes) {
-            if (chunk + 2 * kLanes <= in) {
-                for (int64_t j = 0; j < kLanes; ++j) {
-                    dst[j] = widened(row[chunk + 2 * j + 1]);
-                    dst[kLanes + j] = widened(row[chunk + 2 * j]);
-                }
-                continue;
-            }
-            for (int64_t j = 0; j < kLanes; ++j) {  // the last chunk, zero-padded
-                const int64_t odd = chunk + 2 * j + 1, even = chunk + 2 * j;
-                dst[j] = odd < in ? widened(row[odd]) : 0.0f;
-                dst[kLanes + j] = even < in ? widened(row[even]) : 0.0f;
-            }
-        }
-    }
-}
-
 // The pair order. With the instruction, or for a few rows, as dotTiles over 32-element steps; many
-// rows without it, as the 16-lane order over laid-out copies (whose cost, a few bytes per weight,
-// the tiles' FMAs on widened weights earn back), in blocks of outputs that keep the copy small.
+// rows without it, as panelLinear's outer product over the order's lanes (PairLanes), whose
+// packing, a few cycles per weight and input, the FMAs on widened copies earn back.
 template <typename V>
 void linearPairs(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0,
                  int64_t o1) {
     const FlushDenormals flushed;
-    constexpr int64_t kLaidOutFromRows = 32, kOutputBlock = 128;
-    if (V::kNativePairs || rows < kLaidOutFromRows) {
-        if (rows >= V::kRows)
-            return linearTiles<V, V::kRows, V::kCols, PairSteps<V>>(x, rows, in, w, y, yStride, o0, o1);
-        return linearTiles<V, 1, V::kDecodePairCols, PairSteps<V>>(x, rows, in, w, y, yStride, o0, o1);
+    constexpr int64_t kPanelFromRows = 32;
+    if constexpr (!V::kNativePairs && V::kPanelForPairs) {
+        if (rows >= kPanelFromRows) return panelLinear<V, PairLanes<V>>(x, rows, in, w, y, yStride, o0, o1);
     }
-    const int64_t padded = pairedLength(in);
-    float* xs = static_cast<float*>(malloc(static_cast<size_t>(rows * padded) * sizeof(float)));
-    float* ws = static_cast<float*>(malloc(static_cast<size_t>(kOutputBlock * padded) * sizeof(float)));
-    if (xs && ws) {
-        layOutPairs(x, rows, in, xs);
-        for (int64_t o = o0; o < o1; o += kOutputBlock) {
-            const int64_t block = smaller(kOutputBlock, o1 - o);
-            layOutPairs(w + o * in, block, in, ws);
-            if constexpr (V::kPanelForPairs)
-                panelLinear<V>(xs, rows, padded, ws, y + o, yStride, 0, block);
-            else
-                linear<V>(xs, rows, padded, ws, y + o, yStride, 0, block);
-        }
-    } else {  // out of memory: the same bits, slower
-        linearTiles<V, V::kRows, V::kCols, PairSteps<V>>(x, rows, in, w, y, yStride, o0, o1);
-    }
-    free(xs);
-    free(ws);
+    if (rows >= V::kRows) return linearTiles<V, V::kRows, V::kCols, PairSteps<V>>(x, rows, in, w, y, yStride, o0, o1);
+    linearTiles<V, 1, V::kDecodePairCols, PairSteps<V>>(x, rows, in, w, y, yStride, o0, o1);
 }
 
 template <typename V>

@@ -56,7 +56,7 @@ TEST(InvariantKernels, VectorPathsEqualTheScalarReference) {
         for (const int64_t in : kInputSizes) {
             // From 24 rows the AVX2 path computes the 16-lane order as an outer product over panels
             // of 16 outputs (invariant_impl.h's panelLinear), and from 32 rows the paths without
-            // VDPBF16PS compute the pair order on laid-out copies: 37 outputs end in a ragged panel.
+            // VDPBF16PS compute the pair order over panels too: 37 outputs end in a ragged panel.
             for (const int64_t rows : {1, 2, 3, 5, 9, 24, 31, 32, 64}) {
                 const int64_t outputs = rows < 24 ? 13 : 37;
                 const torch::Tensor x = randomTensor({rows, in}, xType), w = randomTensor({outputs, in}, wType);
