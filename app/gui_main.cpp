@@ -7,6 +7,7 @@
 #include "widgets/main_window.h"
 #include "widgets/transplant_panel.h"
 
+#include "core/util/memory.h"
 #include "core/util/threads.h"
 #include "core/util/version.h"
 
@@ -64,6 +65,7 @@ QString defaultItem(const kvscope::widgets::ItemTableModel& items) {
 
 int main(int argc, char** argv) {
     kvscope::ensurePassiveOpenMpWait(argv);
+    kvscope::keepFreedMemoryForReuse();
     QApplication app(argc, argv);
     QApplication::setOrganizationName(QStringLiteral("kvscope"));
     QApplication::setApplicationName(QStringLiteral("kvscope"));

@@ -5,6 +5,7 @@
 #include "cli_common.h"
 
 #include "core/util/error.h"
+#include "core/util/memory.h"
 #include "core/util/threads.h"
 #include "core/util/version.h"
 
@@ -13,6 +14,7 @@
 int main(int argc, char** argv) {
     using namespace kvscope;
     ensurePassiveOpenMpWait(argv);
+    keepFreedMemoryForReuse();
     CLI::App app{"kvscope: inspect the KV cache of open LLMs (Qwen2/2.5, Llama, Qwen3) - headless CLI"};
     app.require_subcommand(1);
     app.set_version_flag("--version", [] {
