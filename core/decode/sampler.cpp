@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
 #include "core/decode/sampler.h"
 
+#include "core/kernels/invariant.h"
 #include "core/util/error.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 namespace kvscope {
 namespace {
@@ -81,6 +83,25 @@ int64_t sampleIndex(const float* logits, int64_t V, const SamplingParams& p, std
     return order[cut - 1];
 }
 
+// sum_i e^(l_i - max) and sum_i e^(l_i - max) (l_i - max): the exps by the kernels' own exp (within
+// 2 ulp, vectorised; std::exp in double took ~0.8 ms a decode step over 152k logits, 2% of a bf16
+// step), summed in double in four interleaved partial sums.
+std::pair<double, double> expSums(const float* logits, int64_t V, float maxLogit) {
+    constexpr int64_t kBlock = 4096;
+    float e[kBlock];
+    double sums[4] = {}, weighted[4] = {};
+    const kernels::Isa isa = kernels::bestIsa();
+    for (int64_t b = 0; b < V; b += kBlock) {
+        const int64_t n = std::min(kBlock, V - b);
+        kernels::exps(isa, logits + b, maxLogit, e, n);
+        for (int64_t i = 0; i < n; ++i) {
+            sums[i % 4] += e[i];
+            weighted[i % 4] += static_cast<double>(e[i]) * (static_cast<double>(logits[b + i]) - maxLogit);
+        }
+    }
+    return {(sums[0] + sums[1]) + (sums[2] + sums[3]), (weighted[0] + weighted[1]) + (weighted[2] + weighted[3])};
+}
+
 }  // namespace
 
 double uniformDraw(std::uint64_t seed, std::uint64_t step) {
@@ -95,14 +116,9 @@ StepRecord chooseToken(const torch::Tensor& logitsIn, const SamplingParams& para
     if (V < 2) throw UsageError("need at least two logits to choose a token");
     const float* logits = flat.data_ptr<float>();
 
-    // Log-sum-exp in double for logprob and entropy of the model's own distribution.
+    // Log-sum-exp for logprob and entropy of the model's own distribution.
     const float maxLogit = *std::max_element(logits, logits + V);
-    double sumExp = 0.0, sumExpLogit = 0.0;
-    for (int64_t i = 0; i < V; ++i) {
-        const double e = std::exp(static_cast<double>(logits[i]) - maxLogit);
-        sumExp += e;
-        sumExpLogit += e * (static_cast<double>(logits[i]) - maxLogit);
-    }
+    const auto [sumExp, sumExpLogit] = expSums(logits, V, maxLogit);
     const double logZ = std::log(sumExp);
 
     const int64_t recordCount = std::max<int64_t>(2, std::min<int64_t>(topToRecord, V));
