@@ -52,6 +52,19 @@ TEST(Sampler, RecordsLogprobMarginAndEntropyOfTheModelDistribution) {
     ASSERT_EQ(r.top.size(), 3u);
 }
 
+// A vocabulary-sized row (the sums run in blocks, with the kernels' exp): logprob and entropy as a
+// double-precision log-softmax of the same logits gives them, to 1e-9 relative.
+TEST(Sampler, LogprobAndEntropyMatchADoubleLogSoftmaxOverAWholeVocabulary) {
+    torch::manual_seed(4);
+    const torch::Tensor logits = torch::randn({151936}) * 4 + 2;  // an odd tail past the last full block
+    const torch::Tensor logp = torch::log_softmax(logits.to(torch::kFloat64), 0);
+    const StepRecord r = chooseToken(logits, {}, 0);
+    const double expectedLogprob = logp[r.id].item<double>();
+    const double expectedEntropy = -(logp.exp() * logp).sum().item<double>();
+    EXPECT_NEAR(r.logprob, expectedLogprob, 1e-9 * std::abs(expectedLogprob));
+    EXPECT_NEAR(r.entropy, expectedEntropy, 1e-9 * expectedEntropy);
+}
+
 TEST(Sampler, SampledDrawDependsOnlyOnSeedAndStep) {
     torch::Tensor logits = torch::randn({1000});
     SamplingParams p{1.0, 0, 1.0, 42};
