@@ -49,6 +49,9 @@ void linear(Isa isa, const float* x, int64_t rows, int64_t in, const uint16_t* w
 // The same with bf16 inputs and weights, both raw uint16 bits: the pair order.
 void linear(Isa isa, const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride,
             int64_t o0, int64_t o1);
+// The bytes of weight panels a many-row linear keeps at once (invariant_impl.h's panelLinear): 5/8
+// of this CPU's L2 cache (1 MiB where the C library does not say), leaving the rest to the rows.
+int64_t cacheBytesForPanels();
 // Whether `linear` over this many rows packs its weights into fp32 panels itself (the AVX2 path's
 // outer-product form, invariant_impl.h), so that widening bf16 weights beforehand only costs time.
 bool widensWeightsItself(Isa isa, int64_t rows);

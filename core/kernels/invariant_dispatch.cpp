@@ -10,6 +10,8 @@
 #endif
 #include <stdexcept>
 
+#include <unistd.h>  // sysconf
+
 namespace kvscope::kernels {
 
 #define KVSCOPE_DECLARE_PATH(ns)                                                                        \
@@ -189,6 +191,13 @@ void scaleByWeight(Isa isa, const float* x, float scale, const uint16_t* weight,
 }
 void scaleByWeight(Isa isa, const float* x, float scale, const float* weight, float* out, int64_t n) {
     KVSCOPE_ON_PATH(isa, scaleByWeight(x, scale, weight, out, n));
+}
+int64_t cacheBytesForPanels() {
+    static const int64_t bytes = [] {
+        const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);  // glibc: from CPUID; 0 or -1 where unknown
+        return l2 > 0 ? static_cast<int64_t>(l2) / 8 * 5 : int64_t{1} << 20;
+    }();
+    return bytes;
 }
 bool widensWeightsItself(Isa isa, int64_t rows) {
     const int64_t from = KVSCOPE_ON_PATH(isa, panelFromRows());

@@ -298,78 +298,108 @@ void packPanel(const Element* w, int64_t in, int64_t o, int64_t o1, float* panel
 // which leaves it as it was (a chain that starts at +0 is never -0).
 //   xs:    the rows, packRows' layout, widened once per call; fp32 rows in the 16-lane order are
 //          read where they are (Order::kRowsInPlace: packing them measured 5% slower on AVX2)
-//   panel: 2W weight rows at a time, packPanel's layout, widened once per call
+//   panels: G panels of 2W weight rows each (packPanel's layout, widened once per call), as many as
+//          share the L2 cache with the rows they pass over (cacheBytesForPanels)
 //   part:  [lane j][row][output], the chains' ends, summed by the tree
 // The reduction goes in chunks of kChunk steps, all 16 lanes per chunk, so the rows' inputs that a
 // chunk reads (R x kChunk cache lines) stay in L1 while every lane passes over them.
+template <typename V, typename Order>
+struct PanelShape {
+    using W = typename V::Wide;
+    static constexpr int R = V::kPanelRows, P = 2 * W::kWidth;
+    static constexpr int64_t kChunk = 32, kTileFloats = R * kLanes;  // a tile's floats a step
+    static constexpr bool kInPlace = Order::kRowsInPlace;
+};
+
+// Rows [r, r + R) (those before `rows`) against one panel: outputs [o, o + P) (those before o1).
+// xt: the tile's packed rows, or xr: its rows in place.
+template <typename V, typename Order, typename XElement>
+void panelTile(const float* xt, const XElement* const* xr, int64_t r, int64_t rows, int64_t in, const float* panel,
+               float* y, int64_t yStride, int64_t o, int64_t o1) {
+    using S = PanelShape<V, Order>;
+    using W = typename S::W;
+    constexpr int R = S::R, P = S::P;
+    const int64_t T = Order::steps(in);
+    float part[kLanes][R][P];
+    for (int64_t t0 = 0; t0 < T; t0 += S::kChunk) {
+        const int64_t t1 = smaller(T, t0 + S::kChunk);
+        for (int64_t j = 0; j < kLanes; ++j) {
+            W acc[R][2];
+#pragma GCC unroll 16
+            for (int k = 0; k < R; ++k)
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; ++h) acc[k][h] = t0 == 0 ? W::zero() : W::load(&part[j][k][h * W::kWidth]);
+            const float* wp = panel + (j * T + t0) * P;
+            const float* xp = S::kInPlace ? nullptr : xt + t0 * S::kTileFloats + j;
+            // In place, a lane past the row's end is not read (the panel has zeros there).
+            const int64_t end = S::kInPlace && t1 == T && (T - 1) * kLanes + j >= in ? T - 1 : t1;
+            for (int64_t t = t0; t < end; ++t, wp += P, xp += S::kTileFloats) {
+                const W w0 = W::load(wp), w1 = W::load(wp + W::kWidth);
+#pragma GCC unroll 16
+                for (int k = 0; k < R; ++k) {
+                    const W b = W::broadcast(S::kInPlace ? xr[k][t * kLanes + j] : xp[k * kLanes]);
+                    acc[k][0] = W::fma(b, w0, acc[k][0]);
+                    acc[k][1] = W::fma(b, w1, acc[k][1]);
+                }
+            }
+#pragma GCC unroll 16
+            for (int k = 0; k < R; ++k)
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; ++h) acc[k][h].store(&part[j][k][h * W::kWidth]);
+        }
+    }
+    for (int k = 0; k < R && r + k < rows; ++k)
+        for (int h = 0; h < 2; ++h) {  // the tree: +8, +4, +2, +1, one output vector at a time
+            W s[8];
+            for (int j = 0; j < 8; ++j)
+                s[j] = W::add(W::load(&part[j][k][h * W::kWidth]), W::load(&part[j + 8][k][h * W::kWidth]));
+            for (int j = 0; j < 4; ++j) s[j] = W::add(s[j], s[j + 4]);
+            for (int j = 0; j < 2; ++j) s[j] = W::add(s[j], s[j + 2]);
+            const W total = W::add(s[0], s[1]);
+            float* out = y + (r + k) * yStride + o + h * W::kWidth;
+            if (o + (h + 1) * W::kWidth <= o1) {
+                total.store(out);
+                continue;
+            }
+            float sums[W::kWidth];
+            total.store(sums);
+            for (int c = 0; o + h * W::kWidth + c < o1; ++c) out[c] = sums[c];
+        }
+}
+
 template <typename V, typename Order, typename XElement, typename Element>
 void panelLinear(const XElement* x, int64_t rows, int64_t in, const Element* w, float* y, int64_t yStride, int64_t o0,
                  int64_t o1) {
-    using W = typename V::Wide;
-    constexpr int R = V::kPanelRows, P = 2 * W::kWidth;
-    constexpr int64_t kChunk = 32, kTileFloats = R * kLanes;  // a tile's floats a step
-    constexpr bool kInPlace = Order::kRowsInPlace;
-    const int64_t T = Order::steps(in), tiles = (rows + R - 1) / R;
-    float* panel = static_cast<float*>(malloc(static_cast<size_t>(kLanes * T * P) * sizeof(float)));
-    float* xs =
-        kInPlace ? nullptr : static_cast<float*>(malloc(static_cast<size_t>(tiles * T * kTileFloats) * sizeof(float)));
-    if (!panel || (!kInPlace && !xs)) {  // out of memory: the same bits, slower
-        free(panel);
+    using S = PanelShape<V, Order>;
+    constexpr int R = S::R, P = S::P;
+    const int64_t T = Order::steps(in), tiles = (rows + R - 1) / R, panelFloats = kLanes * T * P;
+    // As many panels as share the L2 cache with the rows they pass over: each tile's rows are then
+    // read once for G panels (from L3 for wide inputs: 512 x 4864 rows are 10 MB packed).
+    const int64_t fit = cacheBytesForPanels() / (panelFloats * static_cast<int64_t>(sizeof(float)));
+    const int64_t G = smaller(fit > 1 ? fit : 1, (o1 - o0 + P - 1) / P);
+    float* panels = static_cast<float*>(malloc(static_cast<size_t>(G * panelFloats) * sizeof(float)));
+    float* xs = S::kInPlace
+                    ? nullptr
+                    : static_cast<float*>(malloc(static_cast<size_t>(tiles * T * S::kTileFloats) * sizeof(float)));
+    if (!panels || (!S::kInPlace && !xs)) {  // out of memory: the same bits, slower
+        free(panels);
         free(xs);
         return linearTiles<V, V::kRows, V::kCols, typename Order::Steps>(x, rows, in, w, y, yStride, o0, o1);
     }
-    if constexpr (!kInPlace) packRows<V, R, Order>(x, rows, in, xs);
-    for (int64_t o = o0; o < o1; o += P) {
-        packPanel<V, P, Order>(w, in, o, o1, panel);
+    if constexpr (!S::kInPlace) packRows<V, R, Order>(x, rows, in, xs);
+    for (int64_t o = o0; o < o1; o += G * P) {
+        const int64_t count = smaller(G, (o1 - o + P - 1) / P);
+        for (int64_t g = 0; g < count; ++g) packPanel<V, P, Order>(w, in, o + g * P, o1, panels + g * panelFloats);
         for (int64_t tile = 0; tile < tiles; ++tile) {
             const int64_t r = tile * R;
-            const float* xt = kInPlace ? nullptr : xs + tile * T * kTileFloats;  // packed
-            const XElement* xr[R];                                                // in place
+            const XElement* xr[R];
             for (int k = 0; k < R; ++k) xr[k] = x + smaller(r + k, rows - 1) * in;
-            float part[kLanes][R][P];
-            for (int64_t t0 = 0; t0 < T; t0 += kChunk) {
-                const int64_t t1 = smaller(T, t0 + kChunk);
-                for (int64_t j = 0; j < kLanes; ++j) {
-                    W acc[R][2];
-#pragma GCC unroll 16
-                    for (int k = 0; k < R; ++k)
-#pragma GCC unroll 2
-                        for (int h = 0; h < 2; ++h)
-                            acc[k][h] = t0 == 0 ? W::zero() : W::load(&part[j][k][h * W::kWidth]);
-                    const float* wp = panel + (j * T + t0) * P;
-                    const float* xp = kInPlace ? nullptr : xt + t0 * kTileFloats + j;
-                    // In place, a lane past the row's end is not read (the panel has zeros there).
-                    const int64_t end = kInPlace && t1 == T && (T - 1) * kLanes + j >= in ? T - 1 : t1;
-                    for (int64_t t = t0; t < end; ++t, wp += P, xp += kTileFloats) {
-                        const W w0 = W::load(wp), w1 = W::load(wp + W::kWidth);
-#pragma GCC unroll 16
-                        for (int k = 0; k < R; ++k) {
-                            const W b = W::broadcast(kInPlace ? xr[k][t * kLanes + j] : xp[k * kLanes]);
-                            acc[k][0] = W::fma(b, w0, acc[k][0]);
-                            acc[k][1] = W::fma(b, w1, acc[k][1]);
-                        }
-                    }
-#pragma GCC unroll 16
-                    for (int k = 0; k < R; ++k)
-#pragma GCC unroll 2
-                        for (int h = 0; h < 2; ++h) acc[k][h].store(&part[j][k][h * W::kWidth]);
-                }
-            }
-            for (int k = 0; k < R && r + k < rows; ++k)
-                for (int h = 0; h < 2; ++h) {  // the tree: +8, +4, +2, +1, one output vector at a time
-                    W s[8];
-                    for (int j = 0; j < 8; ++j)
-                        s[j] = W::add(W::load(&part[j][k][h * W::kWidth]), W::load(&part[j + 8][k][h * W::kWidth]));
-                    for (int j = 0; j < 4; ++j) s[j] = W::add(s[j], s[j + 4]);
-                    for (int j = 0; j < 2; ++j) s[j] = W::add(s[j], s[j + 2]);
-                    float sums[W::kWidth];
-                    W::add(s[0], s[1]).store(sums);
-                    for (int c = 0; c < W::kWidth && o + h * W::kWidth + c < o1; ++c)
-                        y[(r + k) * yStride + o + h * W::kWidth + c] = sums[c];
-                }
+            const float* xt = S::kInPlace ? nullptr : xs + tile * T * S::kTileFloats;
+            for (int64_t g = 0; g < count; ++g)
+                panelTile<V, Order>(xt, xr, r, rows, in, panels + g * panelFloats, y, yStride, o + g * P, o1);
         }
     }
-    free(panel);
+    free(panels);
     free(xs);
 }
 
