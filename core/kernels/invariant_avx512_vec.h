@@ -33,14 +33,16 @@ struct Avx512Vec {
     // before the pool and with one stream a thread, had streamed the lm_head faster with two.)
     static constexpr int kRows = 4, kCols = 4, kDecodeCols = 4, kDecodePairCols = 1;
     static constexpr int kValueRows = 4;  // 16 attention chains + 4 value vectors + a broadcast
-    // The 16-lane order keeps the 4 x 4 tile for many rows: panelLinear, which must pack fp32 weights
-    // from memory first, measured 212-228 GFLOP/s against the tile's 236-289 (Sapphire Rapids, 2
-    // threads, 512 rows). The pair order without VDPBF16PS takes panelLinear: 12 rows x 32 outputs
-    // of one lane in 24 registers, 2 weight vectors and a broadcast, 14 loads per 24 FMAs (253-277
-    // GFLOP/s there, packing included, against the tile's 147-185).
+    // Many rows take panelLinear: 12 rows x 32 outputs of one lane in 24 registers, 2 weight vectors
+    // and a broadcast, 14 loads per 24 FMAs. In the pair order without VDPBF16PS it ran at 253-277
+    // GFLOP/s on a Sapphire Rapids (2 threads, 512 rows, packing included) against the 4 x 4 tile's
+    // 147-185. In the 16-lane order the tile computes a layer's linears alone as fast or faster
+    // (302-331 against 280-306 there, weights in the cache), but re-reads the weights for every 64
+    // rows, from memory in a prefill: the panel, which streams them once a call, gave a 512-token
+    // fp32 prefill 356-359 tok/s against 325-327. Up to 64 rows the tile reads them once too.
     using Wide = Avx512Vec;  // 16 outputs side by side
     static constexpr int kWidth = 16;
-    static constexpr int kPanelRows = 12, kPanelFromRows = 0;
+    static constexpr int kPanelRows = 12, kPanelFromRows = 64;
     static constexpr bool kPanelForPairs = true;
     static constexpr bool kTransposes16 = true;
 #ifdef __AVX512BF16__
