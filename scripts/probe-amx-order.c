@@ -9,6 +9,11 @@
 //             order's kind of chain; what a K-long run would need to be)
 //   own sum:  the products summed from zero in order, one rounding each, then added to the
 //             accumulator once
+//   exact sum: the products summed exactly, rounded once, then added to the accumulator
+//   all once: the accumulator and the products summed exactly, rounded once
+//   pairs:    from zero, each pair's two products added exactly, one rounding a pair, then added
+//             to the accumulator once
+// (exact in long double: on these magnitudes 32 products and the accumulator span under 64 bits)
 // first with one product of each pair zero (an exact product: the order of the sum is all that is
 // left), then with both products of each pair nonzero.
 #include <immintrin.h>
@@ -56,7 +61,7 @@ static void configure(int pairs) {
 
 static void compare(int pairs, int bothProducts) {
     configure(pairs);
-    long chain = 0, ownSum = 0, total = 0;
+    long chain = 0, ownSum = 0, exactSum = 0, allOnce = 0, pairSums = 0, total = 0;
     for (int trial = 0; trial < 20000; ++trial) {
         uint16_t a[16][32], b[16][32];
         float c[16][16], before[16][16];
@@ -73,20 +78,31 @@ static void compare(int pairs, int bothProducts) {
         _tile_stored(0, c, 64);
         for (int m = 0; m < 16; ++m)
             for (int n = 0; n < 16; ++n) {
-                volatile float continued = before[m][n], sum = 0;
+                volatile float continued = before[m][n], sum = 0, pairSum = 0;
+                long double exact = 0;
                 for (int k = 0; k < pairs; ++k)
                     for (int e = 0; e < 2; ++e) {
                         continued = fmaf(widened(a[m][2 * k + e]), widened(b[k][2 * n + e]), continued);
                         sum = fmaf(widened(a[m][2 * k + e]), widened(b[k][2 * n + e]), sum);
+                        exact += (long double)widened(a[m][2 * k + e]) * widened(b[k][2 * n + e]);
                     }
+                for (int k = 0; k < pairs; ++k)
+                    pairSum = (float)((long double)pairSum +
+                                      (long double)widened(a[m][2 * k]) * widened(b[k][2 * n]) +
+                                      (long double)widened(a[m][2 * k + 1]) * widened(b[k][2 * n + 1]));
                 chain += continued == c[m][n];
                 ownSum += before[m][n] + sum == c[m][n];
+                exactSum += before[m][n] + (float)exact == c[m][n];
+                allOnce += (float)((long double)before[m][n] + exact) == c[m][n];
+                pairSums += before[m][n] + pairSum == c[m][n];
                 ++total;
             }
     }
     _tile_release();
-    printf("K=%2d pairs, %s: %ld outputs, chain %.2f%%, own sum %.2f%%\n", pairs,
-           bothProducts ? "both products" : "one product zero", total, 100.0 * chain / total, 100.0 * ownSum / total);
+    printf("K=%2d pairs, %s: %ld outputs, chain %.2f%%, own sum %.2f%%, exact sum %.2f%%, all once %.2f%%, "
+           "pairs %.2f%%\n",
+           pairs, bothProducts ? "both products" : "one product zero", total, 100.0 * chain / total,
+           100.0 * ownSum / total, 100.0 * exactSum / total, 100.0 * allOnce / total, 100.0 * pairSums / total);
 }
 
 static double seconds(void) {
