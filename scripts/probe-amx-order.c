@@ -87,8 +87,7 @@ static void compare(int pairs, int bothProducts) {
                         exact += (long double)widened(a[m][2 * k + e]) * widened(b[k][2 * n + e]);
                     }
                 for (int k = 0; k < pairs; ++k)
-                    pairSum = (float)((long double)pairSum +
-                                      (long double)widened(a[m][2 * k]) * widened(b[k][2 * n]) +
+                    pairSum = (float)((long double)pairSum + (long double)widened(a[m][2 * k]) * widened(b[k][2 * n]) +
                                       (long double)widened(a[m][2 * k + 1]) * widened(b[k][2 * n + 1]));
                 chain += continued == c[m][n];
                 ownSum += before[m][n] + sum == c[m][n];
@@ -99,10 +98,11 @@ static void compare(int pairs, int bothProducts) {
             }
     }
     _tile_release();
-    printf("K=%2d pairs, %s: %ld outputs, chain %.2f%%, own sum %.2f%%, exact sum %.2f%%, all once %.2f%%, "
-           "pairs %.2f%%\n",
-           pairs, bothProducts ? "both products" : "one product zero", total, 100.0 * chain / total,
-           100.0 * ownSum / total, 100.0 * exactSum / total, 100.0 * allOnce / total, 100.0 * pairSums / total);
+    printf(
+        "K=%2d pairs, %s: %ld outputs, chain %.2f%%, own sum %.2f%%, exact sum %.2f%%, all once %.2f%%, "
+        "pairs %.2f%%\n",
+        pairs, bothProducts ? "both products" : "one product zero", total, 100.0 * chain / total,
+        100.0 * ownSum / total, 100.0 * exactSum / total, 100.0 * allOnce / total, 100.0 * pairSums / total);
 }
 
 static double seconds(void) {
