@@ -103,6 +103,23 @@ TEST(InvariantKernels, VectorPathsEqualTheScalarReference) {
     }
 }
 
+// Wide inputs: a weight panel of 4864 inputs is 622 KB, so only a few fit the L2 share that
+// panelLinear groups them by (kernels::cacheBytesForPanels: 2 on a 2 MiB L2), and 70 outputs end in a
+// ragged group and a ragged panel; in both orders, against the reference bit for bit.
+TEST(InvariantKernels, WideInputsInGroupsOfPanelsEqualTheScalarReference) {
+    if (vectorPaths().empty()) GTEST_SKIP() << "this CPU has neither AVX2+FMA nor AVX-512F: only the reference runs";
+    torch::manual_seed(5);
+    constexpr int64_t kIn = 4864, kOutputs = 70, kRows = 64;
+    for (const auto dtype : {torch::kBFloat16, torch::kFloat32}) {
+        const torch::Tensor x = randomTensor({kRows, kIn}, dtype), w = randomTensor({kOutputs, kIn}, dtype);
+        const torch::Tensor reference = kernels::linear(x, w, {}, torch::kFloat32, Isa::Scalar);
+        for (const Isa isa : vectorPaths())
+            EXPECT_TRUE(sameBits(kernels::linear(x, w, {}, torch::kFloat32, isa), reference))
+                << kernels::isaName(isa) << " " << c10::toString(dtype) << ", panels of "
+                << kernels::cacheBytesForPanels() << " bytes";
+    }
+}
+
 // The kernels' own exp (softmax, SiLU): within 2 ulp of e^x over the range it computes, 0 below
 // ln(FLT_MIN), e^88 above 88 (its clamp), NaN for NaN; every path the scalar reference's bits.
 TEST(InvariantKernels, TheKernelsExpIsWithinTwoUlpAndTheSameOnEveryPath) {
