@@ -38,6 +38,9 @@ Isa bestIsa();                 // the widest path this CPU and this build can ru
 // issues at half the FMA rate. Measured on a Sapphire Rapids (2 cores): a 512-token bf16 prefill at
 // 246-247 tok/s that way against 229-235 with VDPBF16PS; decode rows keep VDPBF16PS.
 Isa pairsPathForRows(Isa isa, int64_t rows);
+// From how many rows a path without VDPBF16PS computes the pair order as panels (invariant_impl.h's
+// linearPairs), which is also from where pairsPathForRows sends an AMX CPU's rows there.
+constexpr int64_t kPairPanelFromRows = 32;
 const char* isaName(Isa isa);  // "scalar", "avx2", "avx512", "avx512bf16"
 
 // y[r * yStride + o] = dot(x[r], w[o]) for rows [0, rows) and outputs [o0, o1). x: [rows, in] fp32;

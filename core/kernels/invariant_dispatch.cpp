@@ -107,10 +107,11 @@ Isa bestIsa() {
 }
 
 Isa pairsPathForRows(Isa isa, int64_t rows) {
-    // From 32 rows the AVX-512F path lays the pair order out for FMAs (invariant_impl.h's
-    // linearPairs); fewer rows stay on VDPBF16PS, which the emulation's tiles do not beat.
+    // From kPairPanelFromRows rows the AVX-512F path computes the pair order as FMA panels
+    // (invariant_impl.h's linearPairs); fewer rows stay on VDPBF16PS, which the emulation's tiles
+    // do not beat.
     static const bool halfRatePairs = hasAmxBf16();
-    return isa == Isa::Avx512Bf16 && rows >= 32 && halfRatePairs ? Isa::Avx512 : isa;
+    return isa == Isa::Avx512Bf16 && rows >= kPairPanelFromRows && halfRatePairs ? Isa::Avx512 : isa;
 }
 
 const char* isaName(Isa isa) {

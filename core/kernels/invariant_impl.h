@@ -422,9 +422,8 @@ template <typename V>
 void linearPairs(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0,
                  int64_t o1) {
     const FlushDenormals flushed;
-    constexpr int64_t kPanelFromRows = 32;
     if constexpr (!V::kNativePairs && V::kPanelForPairs) {
-        if (rows >= kPanelFromRows) return panelLinear<V, PairLanes<V>>(x, rows, in, w, y, yStride, o0, o1);
+        if (rows >= kPairPanelFromRows) return panelLinear<V, PairLanes<V>>(x, rows, in, w, y, yStride, o0, o1);
     }
     if (rows >= V::kRows) return linearTiles<V, V::kRows, V::kCols, PairSteps<V>>(x, rows, in, w, y, yStride, o0, o1);
     linearTiles<V, 1, V::kDecodePairCols, PairSteps<V>>(x, rows, in, w, y, yStride, o0, o1);
