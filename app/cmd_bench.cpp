@@ -22,9 +22,9 @@ std::string defaultCacheDir() {
 // A prefill row of the invariant kernels against their multiply-add rate in its order (bf16: the
 // pair order, or the FMAs' rate where the row took the pair order by FMAs on another path than the
 // best, kernels::pairsPathForRows); nothing for torch's kernels (other instructions, AMX included)
-// or a decode row.
+// or a decode row, or the tile order's AMX rows (the compute line does not measure AMX).
 std::optional<double> fractionOfPeak(const BenchReport& r, const KernelRow& k) {
-    if (k.kernels != "invariant" || k.rows == 1) return std::nullopt;
+    if (k.kernels != "invariant" || k.rows == 1 || k.path == "amx-tiles") return std::nullopt;
     const bool pairRate = k.dtype == "bf16" && k.path == r.kernelPath;
     const double peak = pairRate ? r.pairFlopsPerSecond : r.laneFlopsPerSecond;
     if (peak <= 0) return std::nullopt;
@@ -123,20 +123,21 @@ void printReport(const BenchReport& r) {
         "A decode step: its linear layers timed alone (the step's calls in its order, weights from memory), and\n"
         "the rest (norms, RoPE, attention, cache writes, sampling, the threads' hand-offs).\n");
     if (r.kernelRows.empty()) return;
-    std::printf("\n%-5s %-9s %-10s %5s %7s %7s %10s %10s %10s %8s\n", "dtype", "kernels", "linear", "rows", "in", "out",
-                "ms", "GB/s", "GFLOP/s", "of peak");
+    std::printf("\n%-5s %-9s %-10s %-10s %5s %7s %7s %10s %10s %10s %8s\n", "dtype", "kernels", "path", "linear",
+                "rows", "in", "out", "ms", "GB/s", "GFLOP/s", "of peak");
     for (const auto& k : r.kernelRows) {
         char peak[16] = "-";
         if (const auto fraction = fractionOfPeak(r, k)) std::snprintf(peak, sizeof peak, "%.0f%%", 100.0 * *fraction);
-        std::printf("%-5s %-9s %-10s %5lld %7lld %7lld %10.3f %10.1f %10.1f %8s\n", k.dtype.c_str(), k.kernels.c_str(),
-                    k.shape.c_str(), static_cast<long long>(k.rows), static_cast<long long>(k.in),
-                    static_cast<long long>(k.out), k.seconds * 1e3, k.weightBytesPerSecond / 1e9,
-                    k.flopsPerSecond / 1e9, peak);
+        std::printf("%-5s %-9s %-10s %-10s %5lld %7lld %7lld %10.3f %10.1f %10.1f %8s\n", k.dtype.c_str(),
+                    k.kernels.c_str(), k.path.empty() ? "-" : k.path.c_str(), k.shape.c_str(),
+                    static_cast<long long>(k.rows), static_cast<long long>(k.in), static_cast<long long>(k.out),
+                    k.seconds * 1e3, k.weightBytesPerSecond / 1e9, k.flopsPerSecond / 1e9, peak);
     }
     std::printf(
         "GB/s: weight bytes read per second (what bounds rows = 1; timed calls repeat, so a layer's weights come\n"
         "from the caches, and the lm_head's too where the last-level cache holds them); GFLOP/s: what bounds a\n"
-        "prefill; of peak: against the compute line above.\n");
+        "prefill; of peak: against the compute line above. Path amx-tiles: the tile order on AMX (TDPBF16PS),\n"
+        "which the forward does not compute yet: what bf16 linears would take that way.\n");
 }
 
 }  // namespace

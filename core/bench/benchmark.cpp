@@ -3,6 +3,7 @@
 
 #include "core/decode/generator.h"
 #include "core/kernels/invariant_ops.h"
+#include "core/kernels/kernel_threads.h"
 #include "core/model/random_checkpoint.h"
 #include "core/model/transformer.h"
 #include "core/util/version.h"
@@ -158,7 +159,40 @@ BenchRow measureRow(const Transformer& model, const std::vector<int64_t>& prompt
     return row;
 }
 
-// The model's linear shapes, each timed alone: best of a few calls after one warm-up call.
+// A kernel row's time (best of a few calls after one warm-up call) and its rates.
+template <typename Call>
+void timeCalls(KernelRow& row, const torch::Tensor& w, const Call& call) {
+    call();
+    row.seconds = 1e30;
+    const int calls = row.rows == 1 ? 20 : 3;
+    for (int i = 0; i < calls; ++i) {
+        const auto t0 = Clock::now();
+        call();
+        row.seconds = std::min(row.seconds, secondsSince(t0));
+    }
+    row.weightBytesPerSecond = static_cast<double>(w.numel() * w.element_size()) / row.seconds;
+    row.flopsPerSecond = 2.0 * static_cast<double>(row.rows * row.in * row.out) / row.seconds;
+}
+
+// The same linear in the tile order on AMX (invariant.h; not yet what a forward computes): the
+// outputs split between the kernels' threads in blocks of 64, as the forward's linears split them.
+KernelRow timedTileOrder(KernelRow row, const torch::Tensor& x, const torch::Tensor& w) {
+    const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr());
+    const auto* wp = reinterpret_cast<const uint16_t*>(w.data_ptr());
+    const torch::Tensor y = torch::empty({row.rows, row.out}, torch::kFloat32);
+    constexpr int64_t kBlock = 64;
+    auto call = [&] {
+        kernels::parallelFor((row.out + kBlock - 1) / kBlock, 1, [&](int64_t begin, int64_t end) {
+            kernels::linearTiles(kernels::TilePath::Amx, xp, row.rows, row.in, wp, y.data_ptr<float>(), row.out,
+                                 begin * kBlock, std::min(row.out, end * kBlock));
+        });
+    };
+    row.path = "amx-tiles";
+    timeCalls(row, w, call);
+    return row;
+}
+
+// The model's linear shapes, each timed alone.
 std::vector<KernelRow> measureKernels(const Transformer& model, int64_t prefillRows) {
     const LayerWeights& l = model.weights().layers.front();
     const std::vector<std::pair<std::string, torch::Tensor>> shapes = {
@@ -186,17 +220,11 @@ std::vector<KernelRow> measureKernels(const Transformer& model, int64_t prefillR
                 return model.numerics().kernels == Kernels::Invariant ? kernels::linear(x, w, {}, model.dtype())
                                                                       : torch::linear(x, w);
             };
-            call();
-            row.seconds = 1e30;
-            const int calls = n == 1 ? 20 : 3;
-            for (int i = 0; i < calls; ++i) {
-                const auto t0 = Clock::now();
-                call();
-                row.seconds = std::min(row.seconds, secondsSince(t0));
-            }
-            row.weightBytesPerSecond = static_cast<double>(w.numel() * w.element_size()) / row.seconds;
-            row.flopsPerSecond = 2.0 * static_cast<double>(n * row.in * row.out) / row.seconds;
+            timeCalls(row, w, call);
             rows.push_back(row);
+            const bool tileOrder = model.numerics().kernels == Kernels::Invariant &&
+                                   model.dtype() == torch::kBFloat16 && kernels::amxTilesUsable();
+            if (tileOrder) rows.push_back(timedTileOrder(row, x, w));
         }
     }
     return rows;

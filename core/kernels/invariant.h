@@ -21,6 +21,16 @@
 // on an AMD EPYC (Zen 4): VDPBF16PS equals two such FMAs on 32 million random lanes, denormals
 // included; the dispatcher checks it again on every CPU before using it (invariant_dispatch.cpp).
 //
+// The tile order, for the same linears on CPUs with AMX-BF16 (invariant_amx.cpp): the order of
+// AMX's TDPBF16PS when one product of each pair is zero. The input is zero-padded to a multiple of
+// 32; for each chunk of 32, its 16 even elements' products are summed from zero in order, one
+// rounding each, and that sum added to the output's sum; then the 16 odd elements' likewise. Sums
+// flushed to zero as the pair order's are (FTZ, DAZ). Measured on a Sapphire Rapids
+// (scripts/probe-amx-order.c): TDPBF16PS so fed equals this on 100% of 5 million random outputs of
+// normal magnitude, and an output is the same computed for 1 or 16 input rows; where sums fall into
+// the denormal range 99.98% (the rest not explained). Only the reference and AMX compute it, so its
+// bits are AMX's: it is not yet what `--kernels invariant` computes (that is the pair order on
+// every CPU); `kvscope bench` measures it beside the pair order.
 // Each order is implemented by every path, from one template (invariant_impl.h): a scalar reference
 // (std::fma on a 16-float array), AVX2+FMA (two 8-lane registers), AVX-512F (one 16-lane register)
 // and AVX-512 BF16 (AVX-512F, with VDPBF16PS for the pair order). Tests hold them equal bit for bit,
@@ -52,6 +62,15 @@ void linear(Isa isa, const float* x, int64_t rows, int64_t in, const uint16_t* w
 // The same with bf16 inputs and weights, both raw uint16 bits: the pair order.
 void linear(Isa isa, const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride,
             int64_t o0, int64_t o1);
+// The tile order (above): the reference, or TDPBF16PS where amxTilesUsable(); same arguments as
+// the bf16 x bf16 linear.
+enum class TilePath { Scalar, Amx };
+// Whether this CPU has AMX-BF16 and the kernel grants this process AMX's tile state (Linux 5.16 on):
+// TilePath::Amx runs. Usable: granted, and TDPBF16PS agrees with the reference on a fixed probe.
+bool amxTilesGranted();
+bool amxTilesUsable();
+void linearTiles(TilePath path, const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y,
+                 int64_t yStride, int64_t o0, int64_t o1);
 // The bytes of weight panels a many-row linear keeps at once (invariant_impl.h's panelLinear): 5/8
 // of this CPU's L2 cache (1 MiB where the C library does not say), leaving the rest to the rows.
 int64_t cacheBytesForPanels();

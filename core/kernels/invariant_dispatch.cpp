@@ -10,7 +10,8 @@
 #endif
 #include <stdexcept>
 
-#include <unistd.h>  // sysconf
+#include <sys/syscall.h>
+#include <unistd.h>  // sysconf, syscall
 
 namespace kvscope::kernels {
 
@@ -39,7 +40,13 @@ KVSCOPE_DECLARE_PATH(scalar)
 KVSCOPE_DECLARE_PATH(avx2)
 KVSCOPE_DECLARE_PATH(avx512)
 KVSCOPE_DECLARE_PATH(avx512bf16)
+namespace amx {
+void linearTiles(const uint16_t*, int64_t, int64_t, const uint16_t*, float*, int64_t, int64_t, int64_t);
+}
 #endif
+namespace scalar {
+void linearTiles(const uint16_t*, int64_t, int64_t, const uint16_t*, float*, int64_t, int64_t, int64_t);
+}
 #undef KVSCOPE_DECLARE_PATH
 
 namespace {
@@ -89,6 +96,37 @@ bool hasAmxBf16() {
 #endif
 }
 
+#ifdef KVSCOPE_KERNELS_X86
+// Whether TDPBF16PS fed as invariant_amx.cpp feeds it gives the tile order's reference bits on a
+// fixed probe: 3 rows, 35 outputs (two tiles and a ragged one) of 80 inputs (a padded chunk),
+// magnitudes 2^-20..2^20, both signs.
+bool amxAgreesWithTheReference() {
+    constexpr int64_t kIn = 80, kOut = 35, kRows = 3;
+    uint16_t x[kRows * kIn], w[kOut * kIn];
+    uint32_t state = 2024;
+    auto next = [&state]() -> uint16_t {
+        state = state * 1664525u + 1013904223u;
+        const uint32_t bits = state >> 8;
+        return static_cast<uint16_t>((bits & 0x8000u) | ((107u + bits % 41u) << 7) | (bits >> 24 & 0x7Fu));
+    };
+    for (uint16_t& v : x) v = next();
+    for (uint16_t& v : w) v = next();
+    float reference[kRows * kOut], tiles[kRows * kOut];
+    scalar::linearTiles(x, kRows, kIn, w, reference, kOut, 0, kOut);
+    amx::linearTiles(x, kRows, kIn, w, tiles, kOut, 0, kOut);
+    return std::memcmp(reference, tiles, sizeof tiles) == 0;
+}
+
+// AMX-TILE and AMX-BF16 (CPUID leaf 7, EDX bits 24 and 22), and the kernel's permission for this
+// process to use the tile registers (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, Linux 5.16 on).
+bool amxGranted() {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || (d >> 22 & 1u) == 0 || (d >> 24 & 1u) == 0) return false;
+    constexpr long kRequestPermission = 0x1023, kTileData = 18;
+    return syscall(SYS_arch_prctl, kRequestPermission, kTileData) == 0;
+}
+#endif
+
 // KVSCOPE_KERNEL_PATH=avx512|avx2|scalar narrows the choice, to measure a narrower path on a wider CPU
 // (`kvscope bench`); the bits are the same on every path, so this changes speed only.
 Isa narrowedByEnvironment(Isa widest) {
@@ -112,6 +150,33 @@ Isa pairsPathForRows(Isa isa, int64_t rows) {
     // do not beat.
     static const bool halfRatePairs = hasAmxBf16();
     return isa == Isa::Avx512Bf16 && rows >= kPairPanelFromRows && halfRatePairs ? Isa::Avx512 : isa;
+}
+
+bool amxTilesGranted() {
+#ifdef KVSCOPE_KERNELS_X86
+    static const bool granted = amxGranted();
+    return granted;
+#else
+    return false;
+#endif
+}
+
+bool amxTilesUsable() {
+#ifdef KVSCOPE_KERNELS_X86
+    static const bool usable = amxTilesGranted() && amxAgreesWithTheReference();
+    return usable;
+#else
+    return false;
+#endif
+}
+
+void linearTiles(TilePath path, const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y,
+                 int64_t yStride, int64_t o0, int64_t o1) {
+    if (path == TilePath::Scalar) return scalar::linearTiles(x, rows, in, w, y, yStride, o0, o1);
+    if (!amxTilesGranted()) throw std::logic_error("kernel path amx is not available on this CPU");
+#ifdef KVSCOPE_KERNELS_X86
+    amx::linearTiles(x, rows, in, w, y, yStride, o0, o1);
+#endif
 }
 
 const char* isaName(Isa isa) {

@@ -120,4 +120,27 @@ struct ScalarVec {
 
 KVSCOPE_DEFINE_KERNEL_PATH(scalar, ScalarVec)
 
+namespace scalar {
+// The tile order (invariant.h) as written: per chunk of 32, the even half's sum from zero, then the
+// odd half's, each added to the output's sum; padding is +0 x +0.
+void linearTiles(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0,
+                 int64_t o1) {
+    const impl::FlushDenormals flushed;
+    auto element = [in](const uint16_t* row, int64_t k) { return k < in ? impl::widened(row[k]) : 0.0f; };
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t o = o0; o < o1; ++o) {
+            const uint16_t *xr = x + r * in, *wo = w + o * in;
+            float total = 0;
+            for (int64_t chunk = 0; chunk < in; chunk += 32)
+                for (int64_t half = 0; half < 2; ++half) {
+                    float sum = 0;
+                    for (int64_t k = chunk + half; k < chunk + 32; k += 2)
+                        sum = std::fma(element(xr, k), element(wo, k), sum);
+                    total = total + sum;
+                }
+            y[r * yStride + o] = total;
+        }
+}
+}  // namespace scalar
+
 }  // namespace kvscope::kernels

@@ -79,18 +79,27 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
             EXPECT_GT(row[key].get<double>(), 0.0) << key << " " << row.dump();
         EXPECT_EQ(row["decode_mv_tokens_per_s"].get<double>() > 0, row["kernels"] == "torch") << row.dump();
     }
-    // Six shapes at one row and five (no lm_head) at the prompt's rows, for each of the four rows above;
-    // the invariant kernels' prefill rows against their multiply-add rate, nothing else.
-    EXPECT_EQ(j["kernel_rows"].size(), 4u * 11u);
+    // Six shapes at one row and five (no lm_head) at the prompt's rows, for each of the four rows above,
+    // and where AMX computes the tile order, each bf16 invariant shape again that way; the invariant
+    // kernels' prefill rows against their multiply-add rate, nothing else (AMX's rate is not measured).
+    const std::size_t tileRows = kernels::amxTilesUsable() ? 11u : 0u;
+    EXPECT_EQ(j["kernel_rows"].size(), 4u * 11u + tileRows);
     EXPECT_EQ(j["invariant_prefill_pair_path"], kernels::isaName(kernels::pairsPathForRows(kernels::bestIsa(), 5)));
+    std::size_t tileRowsSeen = 0;
     for (const auto& k : j["kernel_rows"]) {
         EXPECT_EQ(k["path"].is_string(), k["kernels"] == "invariant") << k.dump();
-        const bool measured = k["kernels"] == "invariant" && k["rows"].get<int>() > 1;
+        const bool tiles = k["path"] == "amx-tiles";
+        tileRowsSeen += tiles ? 1 : 0;
+        if (tiles) {
+            EXPECT_EQ(k["dtype"], "bf16") << k.dump();
+        }
+        const bool measured = k["kernels"] == "invariant" && k["rows"].get<int>() > 1 && !tiles;
         EXPECT_EQ(k["fraction_of_peak"].is_number(), measured) << k.dump();
         if (measured) {
             EXPECT_GT(k["fraction_of_peak"].get<double>(), 0.0) << k.dump();
         }
     }
+    EXPECT_EQ(tileRowsSeen, tileRows);
     const auto only =
         runCli("bench --model " + model() +
                " --prompt-tokens 4 --decode-tokens 1 --rebuild-tokens 1 --dtypes bf16 --kernels invariant "
