@@ -69,10 +69,11 @@ void addModelOptions(CLI::App* cmd, ModelOptions& o) {
         ->each([&o](const std::string&) { o.dtypeGiven = true; });
     cmd->add_option("--device", o.device, "cpu, cuda or cuda:N");
     cmd->add_option("--kernels", o.kernels,
-                    "torch (default: transformers' ops on libtorch, their bits) or invariant (kvscope's "
-                    "batch-invariant CPU kernels: a prefill gives the live cache's bits); with a cache, "
-                    "default: the cache's")
-        ->check(CLI::IsMember({"torch", "invariant"}))
+                    "torch (default: transformers' ops on libtorch, their bits), invariant (kvscope's "
+                    "batch-invariant CPU kernels: a prefill gives the live cache's bits, the same on every CPU) "
+                    "or invariant-tiles (the same with bf16 linears in AMX's order: faster bf16 prefill on CPUs "
+                    "with AMX-BF16, other bits); with a cache, default: the cache's")
+        ->check(CLI::IsMember({"torch", "invariant", "invariant-tiles"}))
         ->each([&o](const std::string&) { o.kernelsGiven = true; });
     cmd->add_option("--decode-kernel", o.decodeKernel,
                     "linear (default: transformers' F.linear, its bits) or mv (matrix-vector decode steps: "

@@ -173,7 +173,7 @@ void addSideOptions(CLI::App* cmd, const std::string& name, SideOptions& side, c
     cmd->add_option("--" + name + "-dtype", side.dtype, "Side " + name + "'s precision (default: the run's)")
         ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
     cmd->add_option("--" + name + "-kernels", side.kernels, "Side " + name + "'s kernels (default: the run's)")
-        ->check(CLI::IsMember({"torch", "invariant"}));
+        ->check(CLI::IsMember({"torch", "invariant", "invariant-tiles"}));
 }
 
 // The dtype and kernels as the cache records them (compareSides applied the run's defaults).

@@ -160,10 +160,10 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
     model.read("threads", threads);
     c.threads = static_cast<int>(threads);
     model.rejectUnknown();
-    requireOneOf(path, "model.kernels", kernels, {"torch", "invariant"});
+    requireOneOf(path, "model.kernels", kernels, {"torch", "invariant", "invariant-tiles"});
     c.kernels = parseKernels(kernels);
-    if (c.kernels == Kernels::Invariant && c.device != "cpu")
-        model.fail("kernels", "\"invariant\" runs on the CPU only (device is \"" + c.device + "\")");
+    if (isInvariant(c.kernels) && c.device != "cpu")
+        model.fail("kernels", "\"" + kernels + "\" runs on the CPU only (device is \"" + c.device + "\")");
     if (const toml::table* g = root["model"]["generate"].as_table()) {
         Table gen(g, "model.generate.", path);
         std::string arch = "qwen2";

@@ -278,7 +278,7 @@ ComparedSide buildSide(const ItemContext& ctx, const ModelLookup& models, const 
                                              [&](const StepRecord&, int64_t) { return !keepGoing || keepGoing(); });
     if (side.continuation.stopReason == StopReason::Cancelled) throw Cancelled("comparison cancelled");
     side.label = side.cache.construction() + " \u00b7 " + dtype;
-    if (kernels == Kernels::Invariant) side.label += " \u00b7 invariant kernels";
+    if (isInvariant(kernels)) side.label += " \u00b7 " + kernelsName(kernels) + " kernels";
     return side;
 }
 
@@ -336,7 +336,7 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
 
     if (c.runs("matched")) rec.results.matched = runMatched(ctx, p, liveSide, prefillSide);
     if (c.runs("bridge")) {  // the faithful rebuild: token by token with torch kernels, one forward with invariant ones
-        const Construction rebuild = Construction::parse(c.kernels == Kernels::Invariant ? "prefill" : "incremental");
+        const Construction rebuild = Construction::parse(isInvariant(c.kernels) ? "prefill" : "incremental");
         const KvCache rebuilt = buildCache(m, p.ids, rebuild, P);
         rec.results.bridge =
             BridgeResult{fingerprintCache(rebuilt).overall == rec.fingerprints["live_cache"], rebuilt.construction()};
@@ -445,10 +445,10 @@ std::vector<std::string> auditAtPrefillSpeed(const ItemContext& ctx, const Datas
 }  // namespace
 
 bool auditsAtPrefillSpeed(const ExperimentConfig& config, AuditDepth depth) {
-    if (depth == AuditDepth::PrefillSpeed && config.kernels != Kernels::Invariant)
+    if (depth == AuditDepth::PrefillSpeed && !isInvariant(config.kernels))
         throw UsageError("a prefill-speed audit needs a run made with invariant kernels (this run used " +
                          kernelsName(config.kernels) + " kernels, where only token by token reproduces bits)");
-    return depth == AuditDepth::PrefillSpeed || (depth == AuditDepth::Auto && config.kernels == Kernels::Invariant);
+    return depth == AuditDepth::PrefillSpeed || (depth == AuditDepth::Auto && isInvariant(config.kernels));
 }
 
 std::vector<std::string> auditItem(const ItemContext& ctx, const DatasetItem& item, const ItemRecord& stored,

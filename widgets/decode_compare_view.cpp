@@ -63,9 +63,12 @@ QWidget* DecodeCompareView::setupSideSelector() {
         box->addItem(tr("run's kernels"), QString());
         box->addItem(tr("torch kernels"), QStringLiteral("torch"));
         box->addItem(tr("invariant kernels"), QStringLiteral("invariant"));
+        box->addItem(tr("invariant kernels, tile order"), QStringLiteral("invariant-tiles"));
         box->setToolTip(
             tr("invariant: kvscope's batch-invariant CPU kernels, where a prefill gives the live "
-               "cache's bits (the remedy); torch: transformers' ops on libtorch"));
+               "cache's bits (the remedy), the same bits on every CPU; tile order: the same with a bf16 "
+               "model's linears in AMX's order (faster bf16 prefill where the CPU has AMX, other bits); "
+               "torch: transformers' ops on libtorch"));
         return box;
     };
     constructionA_ = constructionBox(QStringLiteral("live"));

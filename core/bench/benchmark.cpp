@@ -3,7 +3,6 @@
 
 #include "core/decode/generator.h"
 #include "core/kernels/invariant_ops.h"
-#include "core/kernels/kernel_threads.h"
 #include "core/model/random_checkpoint.h"
 #include "core/model/transformer.h"
 #include "core/util/version.h"
@@ -71,23 +70,25 @@ double decodeLinearsSeconds(const Transformer& model, int64_t steps) {
     const Weights& w = model.weights();
     const ModelConfig& c = model.config();
     const torch::ScalarType dtype = model.dtype();
-    const bool invariant = model.numerics().kernels == Kernels::Invariant;
+    const bool invariant = model.invariant();
     auto row = [&](int64_t width) { return torch::randn({1, width}).to(dtype).to(model.device()); };
     const torch::Tensor hidden = row(c.hiddenSize), heads = row(c.numHeads * c.headDim), mlp = row(c.intermediateSize);
     auto project = [&](const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
-        return invariant ? kernels::linear(x, weight, bias, dtype) : torch::linear(x, weight, bias);
+        return invariant ? kernels::linear(x, weight, bias, dtype, kernels::bestIsa(), model.linearOrder())
+                         : torch::linear(x, weight, bias);
     };
     auto step = [&] {
         for (const LayerWeights& l : w.layers) {
             if (invariant) {
-                kernels::linears(hidden, {{l.wq, l.bq}, {l.wk, l.bk}, {l.wv, l.bv}}, dtype);
+                kernels::linears(hidden, {{l.wq, l.bq}, {l.wk, l.bk}, {l.wv, l.bv}}, dtype, kernels::bestIsa(),
+                                 model.linearOrder());
             } else {
                 for (const auto& [weight, bias] : {std::pair{l.wq, l.bq}, {l.wk, l.bk}, {l.wv, l.bv}})
                     project(hidden, weight, bias);
             }
             project(heads, l.wo, {});
             if (invariant) {
-                kernels::linears(hidden, {{l.wGate, {}}, {l.wUp, {}}}, dtype);
+                kernels::linears(hidden, {{l.wGate, {}}, {l.wUp, {}}}, dtype, kernels::bestIsa(), model.linearOrder());
             } else {
                 project(hidden, l.wGate, {});
                 project(hidden, l.wUp, {});
@@ -174,22 +175,14 @@ void timeCalls(KernelRow& row, const torch::Tensor& w, const Call& call) {
     row.flopsPerSecond = 2.0 * static_cast<double>(row.rows * row.in * row.out) / row.seconds;
 }
 
-// The same linear in the tile order on AMX (invariant.h; not yet what a forward computes): the
-// outputs split between the kernels' threads in blocks of 64, as the forward's linears split them.
-KernelRow timedTileOrder(KernelRow row, const torch::Tensor& x, const torch::Tensor& w) {
-    const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr());
-    const auto* wp = reinterpret_cast<const uint16_t*>(w.data_ptr());
-    const torch::Tensor y = torch::empty({row.rows, row.out}, torch::kFloat32);
-    constexpr int64_t kBlock = 64;
-    auto call = [&] {
-        kernels::parallelFor((row.out + kBlock - 1) / kBlock, 1, [&](int64_t begin, int64_t end) {
-            kernels::linearTiles(kernels::TilePath::Amx, xp, row.rows, row.in, wp, y.data_ptr<float>(), row.out,
-                                 begin * kBlock, std::min(row.out, end * kBlock));
-        });
-    };
-    row.path = "amx-tiles";
-    timeCalls(row, w, call);
-    return row;
+// The path that computes a linear of `rows` rows of the model under invariant kernels: in the tile
+// order "amx" or "scalar" (bf16), in the pair order the instruction set's (kernels::pairsPathForRows).
+std::string invariantPath(const Transformer& model, int64_t rows) {
+    const kernels::Isa best = kernels::bestIsa();
+    if (model.dtype() != torch::kBFloat16) return kernels::isaName(best);
+    if (model.linearOrder() == kernels::LinearOrder::Tiles)
+        return kernels::bestTilePath() == kernels::TilePath::Amx ? "amx" : "scalar";
+    return kernels::isaName(kernels::pairsPathForRows(best, rows));
 }
 
 // The model's linear shapes, each timed alone.
@@ -211,20 +204,14 @@ std::vector<KernelRow> measureKernels(const Transformer& model, int64_t prefillR
             row.kernels = kernelsName(model.numerics().kernels);
             row.shape = name;
             row.rows = n, row.in = w.size(1), row.out = w.size(0);
-            if (model.numerics().kernels == Kernels::Invariant) {
-                const kernels::Isa best = kernels::bestIsa();
-                row.path =
-                    kernels::isaName(model.dtype() == torch::kBFloat16 ? kernels::pairsPathForRows(best, n) : best);
-            }
+            if (model.invariant()) row.path = invariantPath(model, n);
             auto call = [&] {
-                return model.numerics().kernels == Kernels::Invariant ? kernels::linear(x, w, {}, model.dtype())
-                                                                      : torch::linear(x, w);
+                return model.invariant()
+                           ? kernels::linear(x, w, {}, model.dtype(), kernels::bestIsa(), model.linearOrder())
+                           : torch::linear(x, w);
             };
             timeCalls(row, w, call);
             rows.push_back(row);
-            const bool tileOrder = model.numerics().kernels == Kernels::Invariant &&
-                                   model.dtype() == torch::kBFloat16 && kernels::amxTilesUsable();
-            if (tileOrder) rows.push_back(timedTileOrder(row, x, w));
         }
     }
     return rows;

@@ -65,9 +65,12 @@ void checkCacheMetadata(const Metadata& meta, const std::string& path) {
 Kernels savedKernels(const Metadata& meta, const std::string& path) {
     const auto it = meta.find("kernels");
     if (it == meta.end()) return Kernels::Torch;
-    if (it->second != "torch" && it->second != "invariant")
-        throw FormatError(path + ": metadata 'kernels' is '" + it->second + "' (expected torch or invariant)");
-    return parseKernels(it->second);
+    try {
+        return parseKernels(it->second);
+    } catch (const UsageError&) {
+        throw FormatError(path + ": metadata 'kernels' is '" + it->second +
+                          "' (expected torch, invariant or invariant-tiles)");
+    }
 }
 
 }  // namespace

@@ -28,9 +28,9 @@
 // flushed to zero as the pair order's are (FTZ, DAZ). Measured on a Sapphire Rapids
 // (scripts/probe-amx-order.c): TDPBF16PS so fed equals this on 100% of 5 million random outputs of
 // normal magnitude, and an output is the same computed for 1 or 16 input rows; where sums fall into
-// the denormal range 99.98% (the rest not explained). Only the reference and AMX compute it, so its
-// bits are AMX's: it is not yet what `--kernels invariant` computes (that is the pair order on
-// every CPU); `kvscope bench` measures it beside the pair order.
+// the denormal range 99.98% (the rest not explained). Only the reference and AMX compute it (a vector
+// path would need the weights transposed), so it is a choice of its own, `--kernels
+// invariant-tiles`, whose bits differ from the pair order's; without AMX the reference computes it.
 // Each order is implemented by every path, from one template (invariant_impl.h): a scalar reference
 // (std::fma on a 16-float array), AVX2+FMA (two 8-lane registers), AVX-512F (one 16-lane register)
 // and AVX-512 BF16 (AVX-512F, with VDPBF16PS for the pair order). Tests hold them equal bit for bit,
@@ -62,6 +62,8 @@ void linear(Isa isa, const float* x, int64_t rows, int64_t in, const uint16_t* w
 // The same with bf16 inputs and weights, both raw uint16 bits: the pair order.
 void linear(Isa isa, const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride,
             int64_t o0, int64_t o1);
+// Which order a bf16 x bf16 linear takes (`--kernels invariant`: pairs; `invariant-tiles`: tiles).
+enum class LinearOrder { Pairs, Tiles };
 // The tile order (above): the reference, or TDPBF16PS where amxTilesUsable(); same arguments as
 // the bf16 x bf16 linear.
 enum class TilePath { Scalar, Amx };
@@ -69,6 +71,9 @@ enum class TilePath { Scalar, Amx };
 // TilePath::Amx runs. Usable: granted, and TDPBF16PS agrees with the reference on a fixed probe.
 bool amxTilesGranted();
 bool amxTilesUsable();
+// The path the tile order takes: AMX where usable, unless KVSCOPE_KERNEL_PATH=scalar asks for the
+// reference everywhere; the reference otherwise.
+TilePath bestTilePath();
 void linearTiles(TilePath path, const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y,
                  int64_t yStride, int64_t o0, int64_t o1);
 // The bytes of weight panels a many-row linear keeps at once (invariant_impl.h's panelLinear): 5/8

@@ -128,7 +128,8 @@ bool amxGranted() {
 #endif
 
 // KVSCOPE_KERNEL_PATH=avx512|avx2|scalar narrows the choice, to measure a narrower path on a wider CPU
-// (`kvscope bench`); the bits are the same on every path, so this changes speed only.
+// (`kvscope bench`); the bits are the same on every path, so this changes speed only. (scalar also
+// sends the tile order to its reference: bestTilePath.)
 Isa narrowedByEnvironment(Isa widest) {
     const char* asked = std::getenv("KVSCOPE_KERNEL_PATH");
     if (!asked || !*asked) return widest;
@@ -168,6 +169,15 @@ bool amxTilesUsable() {
 #else
     return false;
 #endif
+}
+
+TilePath bestTilePath() {
+    static const TilePath path = [] {
+        const char* asked = std::getenv("KVSCOPE_KERNEL_PATH");
+        const bool scalarAsked = asked && std::strcmp(asked, isaName(Isa::Scalar)) == 0;
+        return amxTilesUsable() && !scalarAsked ? TilePath::Amx : TilePath::Scalar;
+    }();
+    return path;
 }
 
 void linearTiles(TilePath path, const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y,

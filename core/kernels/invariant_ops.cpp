@@ -77,7 +77,7 @@ void finish(const torch::Tensor& sums, const torch::Tensor& bias, torch::Tensor&
 }  // namespace
 
 std::vector<torch::Tensor> linears(const torch::Tensor& x, const std::vector<Projection>& projections,
-                                   torch::ScalarType outType, Isa isa) {
+                                   torch::ScalarType outType, Isa isa, LinearOrder order) {
     requireCpuFloat(x, "a linear layer's input");
     const int64_t S = x.size(0), in = x.size(1);
     // bf16 inputs and bf16 weights (a bf16 model's every linear) take the pair order, the order of
@@ -117,7 +117,9 @@ std::vector<torch::Tensor> linears(const torch::Tensor& x, const std::vector<Pro
             const int64_t out = w.size(0);
             const int64_t o0 = (from - firstBlock[m]) * kBlock, o1 = std::min(out, (to - firstBlock[m]) * kBlock);
             float* yp = sums[m].data_ptr<float>();
-            if (pairs)
+            if (pairs && order == LinearOrder::Tiles)
+                linearTiles(bestTilePath(), bf16Bits(xs), S, in, bf16Bits(w), yp, out, o0, o1);
+            else if (pairs)
                 kernels::linear(pairsPathForRows(isa, S), bf16Bits(xs), S, in, bf16Bits(w), yp, out, o0, o1);
             else if (w.scalar_type() == torch::kBFloat16)
                 kernels::linear(isa, xs.data_ptr<float>(), S, in, bf16Bits(w), yp, out, o0, o1);
@@ -130,8 +132,8 @@ std::vector<torch::Tensor> linears(const torch::Tensor& x, const std::vector<Pro
 }
 
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, torch::ScalarType outType,
-                     Isa isa) {
-    return linears(x, {{w, b}}, outType, isa).front();
+                     Isa isa, LinearOrder order) {
+    return linears(x, {{w, b}}, outType, isa, order).front();
 }
 
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps, Isa isa) {

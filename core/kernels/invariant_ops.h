@@ -19,15 +19,17 @@
 namespace kvscope::kernels {
 
 // x: [S, in]  w: [out, in]  b: [out] or undefined  ->  [S, out] in `outType`
+// bf16 x and w take `order` (invariant.h); anything else the 16-lane order.
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, torch::ScalarType outType,
-                     Isa isa = bestIsa());
+                     Isa isa = bestIsa(), LinearOrder order = LinearOrder::Pairs);
 // Several projections of the same x (q, k, v; gate, up) in one parallel region: the same bits as
 // one linear() each, fewer thread wake-ups and longer streams for a decode step.
 struct Projection {
     torch::Tensor weight, bias;  // [out, in], [out] or undefined
 };
 std::vector<torch::Tensor> linears(const torch::Tensor& x, const std::vector<Projection>& projections,
-                                   torch::ScalarType outType, Isa isa = bestIsa());
+                                   torch::ScalarType outType, Isa isa = bestIsa(),
+                                   LinearOrder order = LinearOrder::Pairs);
 // x: [..., n]  weight: [n]  ->  like x. weight * cast(x * rsqrt(mean(x^2) + eps)), as HF's RMSNorm.
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps, Isa isa = bestIsa());
 // RoPE's cos and sin for the positions [start, start+S): [S, D/2] fp32 each, of position * invFreq

@@ -93,7 +93,7 @@ torch::Tensor Transformer::rmsNorm(const torch::Tensor& x, const torch::Tensor& 
 // about twice as fast here, but accumulates in another order and so gives other low bits: it is
 // Numerics::matrixVectorDecode, never the default.
 torch::Tensor Transformer::project(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) const {
-    if (invariant()) return kernels::linear(x, w, b, x.scalar_type());
+    if (invariant()) return kernels::linear(x, w, b, x.scalar_type(), kernels::bestIsa(), linearOrder());
     if (x.size(0) == 1 && numerics_.matrixVectorDecode) {
         torch::Tensor y = torch::mv(w, x[0]);
         if (b.defined()) y = y + b;
@@ -143,7 +143,9 @@ const std::string& Transformer::fingerprint() const {
         // bf16 linears moved from the 16-lane order to the pair order (core/kernels/invariant.h):
         // a cache an older kvscope built that way holds other bits, and is refused as another model's.
         if (invariant() && dtype_ == torch::kBFloat16)
-            named.emplace_back("numerics=invariant-bf16-pair-order", torch::zeros({0}));
+            named.emplace_back(linearOrder() == kernels::LinearOrder::Tiles ? "numerics=invariant-bf16-tile-order"
+                                                                            : "numerics=invariant-bf16-pair-order",
+                               torch::zeros({0}));
         // Softmax and SiLU moved from libm's expf to the kernels' own exp (invariant_attention_impl.h).
         if (invariant()) named.emplace_back("numerics=invariant-own-exp", torch::zeros({0}));
         fingerprint_->value = fingerprintNamedTensors(named);
@@ -306,8 +308,9 @@ torch::Tensor Transformer::head(torch::Tensor x, ForwardObserver* observer) cons
     observe(observer, -1, "final_norm", x);
     // Invariant kernels give fp32 logits straight from their fp32 sums; transformers rounds them to
     // the compute dtype first.
-    torch::Tensor logits = invariant() ? kernels::linear(x, weights_.lmHead, {}, torch::kFloat32)
-                                       : project(x, weights_.lmHead).to(torch::kFloat32);  // [S, V]
+    torch::Tensor logits =
+        invariant() ? kernels::linear(x, weights_.lmHead, {}, torch::kFloat32, kernels::bestIsa(), linearOrder())
+                    : project(x, weights_.lmHead).to(torch::kFloat32);  // [S, V]
     observe(observer, -1, "logits", logits);
     return logits;
 }
@@ -375,7 +378,8 @@ torch::Tensor Transformer::invariantAttention(int64_t l, const torch::Tensor& x,
                                               ForwardObserver* observer) const {
     const LayerWeights& lw = weights_.layers[l];
     const int64_t S = x.size(0), Q = config_.numHeads, KV = config_.numKvHeads, D = config_.headDim;
-    const auto qkv = kernels::linears(x, {{lw.wq, lw.bq}, {lw.wk, lw.bk}, {lw.wv, lw.bv}}, x.scalar_type());
+    const auto qkv = kernels::linears(x, {{lw.wq, lw.bq}, {lw.wk, lw.bk}, {lw.wv, lw.bv}}, x.scalar_type(),
+                                      kernels::bestIsa(), linearOrder());
     torch::Tensor q = qkv[0].view({S, Q, D});                                             // [S, Q, D]
     torch::Tensor k = qkv[1].view({S, KV, D});                                            // [S, KV, D]
     torch::Tensor v = qkv[2].view({S, KV, D});                                            // [S, KV, D]
@@ -407,7 +411,8 @@ torch::Tensor Transformer::mlp(int64_t l, const torch::Tensor& x, ForwardObserve
     const LayerWeights& lw = weights_.layers[l];
     // SwiGLU: down(silu(gate(x)) * up(x))
     if (invariant()) {  // silu and the product per element in fp32, rounded once
-        const auto gateUp = kernels::linears(x, {{lw.wGate, {}}, {lw.wUp, {}}}, x.scalar_type());
+        const auto gateUp =
+            kernels::linears(x, {{lw.wGate, {}}, {lw.wUp, {}}}, x.scalar_type(), kernels::bestIsa(), linearOrder());
         const torch::Tensor& gate = gateUp[0];                                             // [S, I]
         const torch::Tensor& up = gateUp[1];                                               // [S, I]
         observe(observer, l, "mlp_up", up);
@@ -426,12 +431,19 @@ torch::Tensor Transformer::mlp(int64_t l, const torch::Tensor& x, ForwardObserve
 
 // ---- names ------------------------------------------------------------------------------------
 
-std::string kernelsName(Kernels kernels) { return kernels == Kernels::Invariant ? "invariant" : "torch"; }
+std::string kernelsName(Kernels kernels) {
+    switch (kernels) {
+    case Kernels::Torch: return "torch";
+    case Kernels::Invariant: return "invariant";
+    case Kernels::InvariantTiles: return "invariant-tiles";
+    }
+    return "?";
+}
 
 Kernels parseKernels(const std::string& name) {
-    if (name == "torch") return Kernels::Torch;
-    if (name == "invariant") return Kernels::Invariant;
-    throw UsageError("unknown kernels '" + name + "' (expected torch or invariant)");
+    for (const Kernels k : {Kernels::Torch, Kernels::Invariant, Kernels::InvariantTiles})
+        if (name == kernelsName(k)) return k;
+    throw UsageError("unknown kernels '" + name + "' (expected torch, invariant or invariant-tiles)");
 }
 
 torch::ScalarType parseDtype(const std::string& name) {

@@ -6,6 +6,7 @@
 // into that one row instead (forwardPacked), so there is no second copy of the model for it.
 #include "core/cache/kv_cache.h"
 #include "core/model/config.h"
+#include "core/kernels/invariant.h"  // LinearOrder
 #include "core/model/numerics.h"
 
 #include <torch/types.h>
@@ -51,6 +52,11 @@ struct LoadReport {
     std::vector<std::string> unusedTensors;  // present in the checkpoint, not used by the model
 };
 
+// The order of the invariant kernels' bf16 linears: InvariantTiles the tile order, else the pair order.
+inline kernels::LinearOrder linearOrderOf(Kernels kernels) {
+    return kernels == Kernels::InvariantTiles ? kernels::LinearOrder::Tiles : kernels::LinearOrder::Pairs;
+}
+
 class Transformer {
 public:
     Transformer(ModelConfig config, Weights weights, torch::ScalarType dtype, torch::Device device,
@@ -65,6 +71,8 @@ public:
     torch::ScalarType dtype() const { return dtype_; }
     torch::Device device() const { return device_; }
     const Numerics& numerics() const { return numerics_; }
+    bool invariant() const { return isInvariant(numerics_.kernels); }
+    kernels::LinearOrder linearOrder() const { return linearOrderOf(numerics_.kernels); }
     const Weights& weights() const { return weights_; }
     // SHA-256 over every weight tensor as loaded (names, dtype, shape, bytes) and any non-default
     // numerics: identifies the model, the compute dtype and the kernels. Computed once, on first use.
@@ -90,7 +98,6 @@ private:
     torch::Tensor attention(int64_t layer, const torch::Tensor& x, const Span& span, ForwardObserver* observer) const;
     torch::Tensor invariantAttention(int64_t layer, const torch::Tensor& x, const Span& span,
                                      ForwardObserver* observer) const;
-    bool invariant() const { return numerics_.kernels == Kernels::Invariant; }
     torch::Tensor mlp(int64_t layer, const torch::Tensor& x, ForwardObserver* observer) const;
     torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const;
     torch::Tensor project(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {}) const;

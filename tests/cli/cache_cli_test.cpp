@@ -195,6 +195,30 @@ TEST_F(CacheCli, InvariantKernelsRebuildTheLiveCacheAndCommandsTakeThemFromTheCa
     EXPECT_NE(cuda.err.find("cuda"), std::string::npos) << cuda.err;
 }
 
+TEST_F(CacheCli, TheTileOrderRebuildsItsLiveCacheAndIsTakenFromTheCache) {
+    // --kernels invariant-tiles: the same remedy with a bf16 model's linears in the tile order (on AMX
+    // where the CPU lends it); a cache records it, commands take it from the cache, and a cache of
+    // one invariant order is not continued in the other.
+    ASSERT_EQ(run("cache build --model " + model + " --prompt-ids 5,6,7,8,9 --generate 40 --construction live " +
+                  "--dtype bf16 --kernels invariant-tiles --out " + f("tiles-live"))
+                  .exitCode,
+              0);
+    const auto chunked = runCli("cache build --model " + model + " --ids-from " + f("tiles-live") +
+                                " --construction chunked:7 --out " + f("tiles-chunked"));
+    ASSERT_EQ(chunked.exitCode, 0) << chunked.err;
+    EXPECT_EQ(json("cache info " + f("tiles-chunked") + " --json")["kernels"], "invariant-tiles");
+    EXPECT_EQ(json("cache diff " + f("tiles-live") + " " + f("tiles-chunked") + " --json")["bit_exact"], true);
+    // The reference computes the same bits as AMX (KVSCOPE_KERNEL_PATH=scalar sends the tile order there).
+    const auto scalar = runCli("cache build --model " + model + " --ids-from " + f("tiles-live") +
+                                   " --construction prefill --out " + f("tiles-scalar"),
+                               "KVSCOPE_KERNEL_PATH=scalar");
+    ASSERT_EQ(scalar.exitCode, 0) << scalar.err;
+    EXPECT_EQ(json("cache diff " + f("tiles-live") + " " + f("tiles-scalar") + " --json")["bit_exact"], true);
+    const auto mixed = runCli("continue --model " + model + " --kernels invariant --cache " + f("tiles-live"));
+    EXPECT_EQ(mixed.exitCode, 2) << mixed.err;
+    EXPECT_NE(mixed.err.find("built with --kernels invariant-tiles"), std::string::npos) << mixed.err;
+}
+
 TEST_F(CacheCli, RefusalsAreOneLineErrors) {
     auto wrongDtype = runCli("continue --model " + model + " --dtype fp32 --cache " + f("live"));
     EXPECT_NE(wrongDtype.exitCode, 0);

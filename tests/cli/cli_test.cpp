@@ -79,27 +79,31 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
             EXPECT_GT(row[key].get<double>(), 0.0) << key << " " << row.dump();
         EXPECT_EQ(row["decode_mv_tokens_per_s"].get<double>() > 0, row["kernels"] == "torch") << row.dump();
     }
-    // Six shapes at one row and five (no lm_head) at the prompt's rows, for each of the four rows above,
-    // and where AMX computes the tile order, each bf16 invariant shape again that way; the invariant
-    // kernels' prefill rows against their multiply-add rate, nothing else (AMX's rate is not measured).
-    const std::size_t tileRows = kernels::amxTilesUsable() ? 11u : 0u;
-    EXPECT_EQ(j["kernel_rows"].size(), 4u * 11u + tileRows);
+    // Six shapes at one row and five (no lm_head) at the prompt's rows, for each of the four rows above;
+    // the invariant kernels' prefill rows against their multiply-add rate, nothing else.
+    EXPECT_EQ(j["kernel_rows"].size(), 4u * 11u);
     EXPECT_EQ(j["invariant_prefill_pair_path"], kernels::isaName(kernels::pairsPathForRows(kernels::bestIsa(), 5)));
-    std::size_t tileRowsSeen = 0;
     for (const auto& k : j["kernel_rows"]) {
         EXPECT_EQ(k["path"].is_string(), k["kernels"] == "invariant") << k.dump();
-        const bool tiles = k["path"] == "amx-tiles";
-        tileRowsSeen += tiles ? 1 : 0;
-        if (tiles) {
-            EXPECT_EQ(k["dtype"], "bf16") << k.dump();
-        }
-        const bool measured = k["kernels"] == "invariant" && k["rows"].get<int>() > 1 && !tiles;
+        const bool measured = k["kernels"] == "invariant" && k["rows"].get<int>() > 1;
         EXPECT_EQ(k["fraction_of_peak"].is_number(), measured) << k.dump();
         if (measured) {
             EXPECT_GT(k["fraction_of_peak"].get<double>(), 0.0) << k.dump();
         }
     }
-    EXPECT_EQ(tileRowsSeen, tileRows);
+    // The tile order's bf16 rows: on AMX where the CPU lends it, else on the reference; no peak.
+    const auto tiles = runCli("bench --model " + model() +
+                              " --prompt-tokens 5 --decode-tokens 1 --rebuild-tokens 1 --dtypes bf16 --kernels "
+                              "invariant-tiles --json");
+    ASSERT_EQ(tiles.exitCode, 0) << tiles.err;
+    const auto t = nlohmann::json::parse(tiles.out);
+    ASSERT_EQ(t["rows"].size(), 1u);
+    EXPECT_EQ(t["rows"][0]["kernels"], "invariant-tiles");
+    ASSERT_EQ(t["kernel_rows"].size(), 11u);
+    for (const auto& k : t["kernel_rows"]) {
+        EXPECT_EQ(k["path"], kernels::bestTilePath() == kernels::TilePath::Amx ? "amx" : "scalar") << k.dump();
+        EXPECT_TRUE(k["fraction_of_peak"].is_null()) << k.dump();
+    }
     const auto only =
         runCli("bench --model " + model() +
                " --prompt-tokens 4 --decode-tokens 1 --rebuild-tokens 1 --dtypes bf16 --kernels invariant "

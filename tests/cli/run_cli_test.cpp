@@ -97,15 +97,35 @@ TEST(RunCli, EveryProtocolEndToEndAndTheReportKeys) {
     EXPECT_FALSE(j["localize"]["layers_needed"].empty());
 }
 
-// The same experiment with `kernels = "invariant"` in [model].
-std::string writeInvariantExperiment(const test::TempDir& dir, const std::string& protocols) {
+// The same experiment with `kernels = "invariant"` (or `kernels`) in [model].
+std::string writeInvariantExperiment(const test::TempDir& dir, const std::string& protocols,
+                                     const std::string& kernels = "invariant") {
     const std::string quoted = writeExperiment(dir, protocols);
     const std::string path = dir.file("exp.toml");
     std::string text = test::readTextFile(path);
-    text.replace(text.find("dtypes = [\"bf16\"]\n"), 17, "dtypes = [\"bf16\"]\nkernels = \"invariant\"\n");
-    text.replace(text.find("name = \"cli-test\""), 17, "name = \"cli-test-invariant\"");
+    text.replace(text.find("dtypes = [\"bf16\"]\n"), 17, "dtypes = [\"bf16\"]\nkernels = \"" + kernels + "\"\n");
+    text.replace(text.find("name = \"cli-test\""), 17, "name = \"cli-test-" + kernels + "\"");
     test::writeTextFile(path, text);
     return quoted;
+}
+
+TEST(RunCli, TheTileOrderRemovesTheDivergenceToo) {
+    // kernels = "invariant-tiles": the same remedy in the tile order (AMX's, or its reference).
+    test::TempDir dir;
+    const std::string db = dir.file("r.db");
+    auto r = runCli("run " + writeInvariantExperiment(dir, kAll, "invariant-tiles") + " --ledger " + shellQuote(db) +
+                    " --items arith-00,arith-03,arith-05,arith-07");
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    const auto j = reportJson(db);
+    EXPECT_EQ(j["kernels"], "invariant-tiles");
+    EXPECT_EQ(j["matched"]["n"], 4);
+    EXPECT_EQ(j["matched"]["suffix_differ"], 0);
+    EXPECT_EQ(j["bridge"]["exact"], 4);
+    EXPECT_EQ(j["fixed_prefix_2x2"]["bf16"]["disagree"], 0);
+    EXPECT_EQ(j["audit"]["reproduced"], 4);
+    auto audit = runCli("audit " + shellQuote(db));
+    EXPECT_EQ(audit.exitCode, 0) << audit.out << audit.err;
+    EXPECT_NE(audit.out.find("checked by one forward"), std::string::npos) << audit.out;
 }
 
 TEST(RunCli, InvariantKernelsRemoveTheDivergenceAndAuditAtPrefillSpeed) {

@@ -106,23 +106,31 @@ TEST_P(Constructions, Bf16PrefillDiffersFromLiveAndTheDiffSaysWhere) {
     EXPECT_FALSE(d.perLayer[d.firstDifference->first].bitExact);
 }
 
+// Both invariant choices, and for each the dtypes where it matters: the tile order is a bf16 order.
+const std::vector<std::pair<Kernels, torch::ScalarType>> kInvariantRuns = {{Kernels::Invariant, torch::kBFloat16},
+                                                                           {Kernels::Invariant, torch::kFloat32},
+                                                                           {Kernels::InvariantTiles, torch::kBFloat16}};
+
 TEST_P(Constructions, InvariantKernelsMakeEveryConstructionBitExact) {
-    // The remedy (--kernels invariant): a row's bits no longer depend on how many rows a forward
-    // computes, so a one-shot prefill, chunks of any size and token-by-token all rebuild the live
-    // cache, in bf16 as in fp32. The wide variant's 256 features span many 16-lane chunks.
-    Numerics numerics;
-    numerics.kernels = Kernels::Invariant;
-    for (const auto dtype : {torch::kBFloat16, torch::kFloat32}) {
+    // The remedy (--kernels invariant, invariant-tiles): a row's bits no longer depend on how many
+    // rows a forward computes, so a one-shot prefill, chunks of any size and token-by-token all
+    // rebuild the live cache, in bf16 as in fp32. The wide variant's 256 features span many 16-lane
+    // chunks (and 8 tile-order chunks; prefills of 40 rows take 3 tiles of input rows on AMX).
+    for (const auto& [kernelsChoice, dtype] : kInvariantRuns) {
+        Numerics numerics;
+        numerics.kernels = kernelsChoice;
         Transformer m = Transformer::load(test::tinyModel(GetParam() + std::string("-wide")), dtype, torch::kCPU,
                                           nullptr, numerics);
         Built b = buildAll(m, 40);
         for (const KvCache* other : {&b.prefill, &b.incremental, &b.tokenByToken, &b.chunked}) {
-            EXPECT_TRUE(sameBits(b.live, *other)) << other->construction() << " " << dtypeName(dtype);
+            EXPECT_TRUE(sameBits(b.live, *other))
+                << other->construction() << " " << dtypeName(dtype) << " " << kernelsName(kernelsChoice);
             EXPECT_TRUE(torch::equal(b.live.nextLogits(), other->nextLogits())) << other->construction();
         }
         for (const char* chunking : {"chunked:1", "chunked:3", "chunked:17", "incremental:2"}) {
             const KvCache c = buildCache(m, b.live.ids(), Construction::parse(chunking), b.live.promptLength());
-            EXPECT_TRUE(sameBits(b.live, c)) << chunking << " " << dtypeName(dtype);
+            EXPECT_TRUE(sameBits(b.live, c))
+                << chunking << " " << dtypeName(dtype) << " " << kernelsName(kernelsChoice);
         }
         // The logits of every position from one forward equal each position's own decode step.
         KvCache all = m.newCache();
@@ -145,17 +153,38 @@ TEST_P(Constructions, InvariantKernelsAreBitExactOnOddShapes) {
                                                 : Architecture::Qwen2;
     spec.hiddenSize = 120, spec.numHeads = 5, spec.numKvHeads = 1, spec.intermediateSize = 200, spec.seed = 7;
     writeRandomCheckpoint(spec, dir.file("odd"));
-    Numerics numerics;
-    numerics.kernels = Kernels::Invariant;
-    for (const auto dtype : {torch::kBFloat16, torch::kFloat32}) {
+    for (const auto& [kernelsChoice, dtype] : kInvariantRuns) {
+        Numerics numerics;
+        numerics.kernels = kernelsChoice;
         Transformer m = Transformer::load(dir.file("odd"), dtype, torch::kCPU, nullptr, numerics);
         ASSERT_EQ(m.config().headDim, 24);
         const KvCache live = buildLiveCache(m, kPrompt, 37);
         for (const char* construction : {"prefill", "chunked:7", "incremental:0"}) {
             const KvCache other = buildCache(m, live.ids(), Construction::parse(construction), live.promptLength());
-            EXPECT_TRUE(sameBits(live, other)) << construction << " " << dtypeName(dtype);
+            EXPECT_TRUE(sameBits(live, other))
+                << construction << " " << dtypeName(dtype) << " " << kernelsName(kernelsChoice);
         }
     }
+}
+
+TEST_P(Constructions, TheTileOrderIsAChoiceOfItsOwn) {
+    // invariant-tiles computes a bf16 model's linears in another order than invariant: a model of
+    // its own (fingerprint), close to the pair order's results but not their bits, and in fp32 the
+    // same as invariant (the tile order is a bf16 order).
+    const std::string dir = test::tinyModel(GetParam() + std::string("-wide"));
+    Numerics pairs, tiles;
+    pairs.kernels = Kernels::Invariant, tiles.kernels = Kernels::InvariantTiles;
+    Transformer a = Transformer::load(dir, torch::kBFloat16, torch::kCPU, nullptr, pairs);
+    Transformer b = Transformer::load(dir, torch::kBFloat16, torch::kCPU, nullptr, tiles);
+    EXPECT_NE(a.fingerprint(), b.fingerprint());
+    KvCache ca = a.newCache(), cb = b.newCache();
+    const torch::Tensor la = a.forward(kPrompt, ca, Logits::All), lb = b.forward(kPrompt, cb, Logits::All);
+    EXPECT_FALSE(torch::equal(la, lb)) << "the two orders round differently somewhere in a forward";
+    EXPECT_LT((la - lb).abs().max().item<double>(), 0.1 * la.abs().max().item<double>());
+    Transformer a32 = Transformer::load(dir, torch::kFloat32, torch::kCPU, nullptr, pairs);
+    Transformer b32 = Transformer::load(dir, torch::kFloat32, torch::kCPU, nullptr, tiles);
+    KvCache c32a = a32.newCache(), c32b = b32.newCache();
+    EXPECT_TRUE(torch::equal(a32.forward(kPrompt, c32a, Logits::All), b32.forward(kPrompt, c32b, Logits::All)));
 }
 
 TEST_P(Constructions, InvariantKernelsStayCloseToTorchKernels) {
