@@ -98,13 +98,13 @@ void printReport(const BenchReport& r) {
         "compute: pair order %.1f GFLOP/s, 16-lane order %.1f GFLOP/s (the invariant kernels' multiply-adds from "
         "registers, %d threads, best of 3)\n\n",
         r.pairFlopsPerSecond / 1e9, r.laneFlopsPerSecond / 1e9, r.threads);
-    std::printf("%-5s %-9s %12s %12s %10s %12s %9s %10s %12s %9s\n", "dtype", "kernels", "prefill t/s", "decode t/s",
+    std::printf("%-5s %-15s %12s %12s %10s %12s %9s %10s %12s %9s\n", "dtype", "kernels", "prefill t/s", "decode t/s",
                 "decode mv", "rebuild t/s", "pf/rebld", "weights", "bound t/s", "of bound");
     for (const auto& row : r.rows) {
         char mv[32] = "-";  // measured for torch kernels only
         if (row.decodeMatrixVectorTokensPerSecond > 0)
             std::snprintf(mv, sizeof mv, "%.2f", row.decodeMatrixVectorTokensPerSecond);
-        std::printf("%-5s %-9s %12.1f %12.2f %10s %12.2f %8.1fx %7.0f MB %12.2f %8.0f%%\n", row.dtype.c_str(),
+        std::printf("%-5s %-15s %12.1f %12.2f %10s %12.2f %8.1fx %7.0f MB %12.2f %8.0f%%\n", row.dtype.c_str(),
                     row.kernels.c_str(), row.prefillTokensPerSecond, row.decodeTokensPerSecond, mv,
                     row.rebuildTokensPerSecond, row.prefillTokensPerSecond / row.rebuildTokensPerSecond,
                     row.weightBytesPerToken / 1e6, row.boundTokensPerSecond,
@@ -113,23 +113,23 @@ void printReport(const BenchReport& r) {
     std::printf(
         "\ndecode mv: torch kernels with --decode-kernel mv, same run. rebuild: the prompt's first ids fed one\n"
         "forward per token (how audit and bridge rebuild torch-kernel trajectories); pf/rebld = prefill over it.\n");
-    std::printf("\n%-5s %-9s %12s %12s %12s %12s\n", "dtype", "kernels", "step ms", "linears ms", "linears GB/s",
+    std::printf("\n%-5s %-15s %12s %12s %12s %12s\n", "dtype", "kernels", "step ms", "linears ms", "linears GB/s",
                 "rest ms");
     for (const auto& row : r.rows) {
         const double step = 1e3 * row.decodeStepSeconds(), linears = 1e3 * row.decodeLinearsSecondsPerStep;
-        std::printf("%-5s %-9s %12.2f %12.2f %12.1f %12.2f\n", row.dtype.c_str(), row.kernels.c_str(), step, linears,
+        std::printf("%-5s %-15s %12.2f %12.2f %12.1f %12.2f\n", row.dtype.c_str(), row.kernels.c_str(), step, linears,
                     row.decodeLinearsBytesPerSecond() / 1e9, step - linears);
     }
     std::printf(
         "A decode step: its linear layers timed alone (the step's calls in its order, weights from memory), and\n"
         "the rest (norms, RoPE, attention, cache writes, sampling, the threads' hand-offs).\n");
     if (r.kernelRows.empty()) return;
-    std::printf("\n%-5s %-9s %-10s %-10s %5s %7s %7s %10s %10s %10s %8s\n", "dtype", "kernels", "path", "linear",
+    std::printf("\n%-5s %-15s %-10s %-10s %5s %7s %7s %10s %10s %10s %8s\n", "dtype", "kernels", "path", "linear",
                 "rows", "in", "out", "ms", "GB/s", "GFLOP/s", "of peak");
     for (const auto& k : r.kernelRows) {
         char peak[16] = "-";
         if (const auto fraction = fractionOfPeak(r, k)) std::snprintf(peak, sizeof peak, "%.0f%%", 100.0 * *fraction);
-        std::printf("%-5s %-9s %-10s %-10s %5lld %7lld %7lld %10.3f %10.1f %10.1f %8s\n", k.dtype.c_str(),
+        std::printf("%-5s %-15s %-10s %-10s %5lld %7lld %7lld %10.3f %10.1f %10.1f %8s\n", k.dtype.c_str(),
                     k.kernels.c_str(), k.path.empty() ? "-" : k.path.c_str(), k.shape.c_str(),
                     static_cast<long long>(k.rows), static_cast<long long>(k.in), static_cast<long long>(k.out),
                     k.seconds * 1e3, k.weightBytesPerSecond / 1e9, k.flopsPerSecond / 1e9, peak);
