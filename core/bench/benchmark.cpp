@@ -175,12 +175,13 @@ void timeCalls(KernelRow& row, const torch::Tensor& w, const Call& call) {
     row.flopsPerSecond = 2.0 * static_cast<double>(row.rows * row.in * row.out) / row.seconds;
 }
 
-// The path that computes a linear of `rows` rows of the model under invariant kernels: in the tile
-// order "amx" or "scalar" (bf16), in the pair order the instruction set's (kernels::pairsPathForRows).
-std::string invariantPath(const Transformer& model, int64_t rows) {
+// The path that computes a linear of `rows` rows of the model under invariant kernels in `order`:
+// in the tile order "amx" or "scalar" (bf16), in the pair order the instruction set's
+// (kernels::pairsPathForRows).
+std::string invariantPath(const Transformer& model, int64_t rows, kernels::LinearOrder order) {
     const kernels::Isa best = kernels::bestIsa();
     if (model.dtype() != torch::kBFloat16) return kernels::isaName(best);
-    if (model.linearOrder() == kernels::LinearOrder::Tiles)
+    if (order == kernels::LinearOrder::Tiles)
         return kernels::bestTilePath() == kernels::TilePath::Amx ? "amx" : "scalar";
     return kernels::isaName(kernels::pairsPathForRows(best, rows));
 }
@@ -204,11 +205,12 @@ std::vector<KernelRow> measureKernels(const Transformer& model, int64_t prefillR
             row.kernels = kernelsName(model.numerics().kernels);
             row.shape = name;
             row.rows = n, row.in = w.size(1), row.out = w.size(0);
-            if (model.invariant()) row.path = invariantPath(model, n);
+            // As the forward computes them: the lm_head in the pair order (Transformer::head says why).
+            const kernels::LinearOrder order = name == "lm_head" ? kernels::LinearOrder::Pairs : model.linearOrder();
+            if (model.invariant()) row.path = invariantPath(model, n, order);
             auto call = [&] {
-                return model.invariant()
-                           ? kernels::linear(x, w, {}, model.dtype(), kernels::bestIsa(), model.linearOrder())
-                           : torch::linear(x, w);
+                return model.invariant() ? kernels::linear(x, w, {}, model.dtype(), kernels::bestIsa(), order)
+                                         : torch::linear(x, w);
             };
             timeCalls(row, w, call);
             rows.push_back(row);

@@ -307,10 +307,12 @@ torch::Tensor Transformer::head(torch::Tensor x, ForwardObserver* observer) cons
     x = rmsNorm(x, weights_.finalNorm);                                                   // [S, H]
     observe(observer, -1, "final_norm", x);
     // Invariant kernels give fp32 logits straight from their fp32 sums; transformers rounds them to
-    // the compute dtype first.
-    torch::Tensor logits =
-        invariant() ? kernels::linear(x, weights_.lmHead, {}, torch::kFloat32, kernels::bestIsa(), linearOrder())
-                    : project(x, weights_.lmHead).to(torch::kFloat32);  // [S, V]
+    // the compute dtype first. The lm_head always takes the pair order: a prefill computes one row of
+    // it, so the tile order would only slow decode steps down (its tile loads stream the 272 MB of
+    // a 0.5B model's lm_head slower than the pair order's vector loads).
+    torch::Tensor logits = invariant() ? kernels::linear(x, weights_.lmHead, {}, torch::kFloat32, kernels::bestIsa(),
+                                                         kernels::LinearOrder::Pairs)
+                                       : project(x, weights_.lmHead).to(torch::kFloat32);  // [S, V]
     observe(observer, -1, "logits", logits);
     return logits;
 }

@@ -101,6 +101,7 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
     EXPECT_EQ(t["rows"][0]["kernels"], "invariant-tiles");
     ASSERT_EQ(t["kernel_rows"].size(), 11u);
     for (const auto& k : t["kernel_rows"]) {
+        if (k["shape"] == "lm_head") continue;  // the pair order's (Transformer::head)
         EXPECT_EQ(k["path"], kernels::bestTilePath() == kernels::TilePath::Amx ? "amx" : "scalar") << k.dump();
         EXPECT_TRUE(k["fraction_of_peak"].is_null()) << k.dump();
     }
