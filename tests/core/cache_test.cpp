@@ -169,8 +169,9 @@ TEST_P(Constructions, InvariantKernelsAreBitExactOnOddShapes) {
 
 TEST_P(Constructions, TheTileOrderIsAChoiceOfItsOwn) {
     // invariant-tiles computes a bf16 model's linears in another order than invariant: a model of
-    // its own (fingerprint), close to the pair order's results but not their bits, and in fp32 the
-    // same as invariant (the tile order is a bf16 order).
+    // its own (fingerprint), close to the pair order's results, and in fp32 the same as invariant
+    // (the tile order is a bf16 order). That the orders give other bits: tile_order_test.cpp (a
+    // tiny model's short sums may round alike everywhere).
     const std::string dir = test::tinyModel(GetParam() + std::string("-wide"));
     Numerics pairs, tiles;
     pairs.kernels = Kernels::Invariant, tiles.kernels = Kernels::InvariantTiles;
@@ -179,7 +180,6 @@ TEST_P(Constructions, TheTileOrderIsAChoiceOfItsOwn) {
     EXPECT_NE(a.fingerprint(), b.fingerprint());
     KvCache ca = a.newCache(), cb = b.newCache();
     const torch::Tensor la = a.forward(kPrompt, ca, Logits::All), lb = b.forward(kPrompt, cb, Logits::All);
-    EXPECT_FALSE(torch::equal(la, lb)) << "the two orders round differently somewhere in a forward";
     EXPECT_LT((la - lb).abs().max().item<double>(), 0.1 * la.abs().max().item<double>());
     Transformer a32 = Transformer::load(dir, torch::kFloat32, torch::kCPU, nullptr, pairs);
     Transformer b32 = Transformer::load(dir, torch::kFloat32, torch::kCPU, nullptr, tiles);

@@ -74,6 +74,23 @@ TEST(TileOrder, TheReferenceIsCloseToFloat64) {
         }
 }
 
+TEST(TileOrder, IsAnotherOrderThanThePairOrder) {
+    // The same linear in both orders' references: close, and not the same bits on every output (a
+    // tile order that were the pair order would make --kernels invariant-tiles a mere alias).
+    std::mt19937 random(13);
+    const int64_t rows = 4, in = 903, out = 8;
+    const std::vector<uint16_t> x = randomBf16(rows * in, random), w = randomBf16(out * in, random);
+    const std::vector<float> tileOrder = tiles(TilePath::Scalar, x, rows, in, w, 0, out, out);
+    std::vector<float> pairOrder(static_cast<std::size_t>(rows * out));
+    kernels::linear(kernels::Isa::Scalar, x.data(), rows, in, w.data(), pairOrder.data(), out, 0, out);
+    int differ = 0;
+    for (std::size_t i = 0; i < tileOrder.size(); ++i) {
+        differ += tileOrder[i] != pairOrder[i];
+        EXPECT_NEAR(tileOrder[i], pairOrder[i], 1e-4 * (1 + std::abs(pairOrder[i])));
+    }
+    EXPECT_GT(differ, 0);
+}
+
 TEST(TileOrder, AmxEqualsTheReferenceBitForBit) {
     if (!kernels::amxTilesGranted())
         GTEST_SKIP() << "no AMX-BF16 here (or the kernel refused its tile state): only the reference runs";
