@@ -25,13 +25,16 @@
 // AMX's TDPBF16PS when one product of each pair is zero. The input is zero-padded to a multiple of
 // 32; for each chunk of 32, its 16 even elements' products are summed from zero in order, one
 // rounding each, and that sum added to the output's sum; then the 16 odd elements' likewise. Sums
-// flushed to zero as the pair order's are (FTZ, DAZ). Measured on a Sapphire Rapids
-// (scripts/probe-amx-order.c): TDPBF16PS so fed equals this on 100% of 5 million random outputs of
-// normal magnitude, and an output is the same computed for 1 or 16 input rows; where sums fall into
-// the denormal range 99.98% (the rest not explained). Only the reference and AMX compute it (a vector
-// path would need the weights transposed), so it is a choice of its own, `--kernels
-// invariant-tiles`, whose bits differ from the pair order's; without AMX the reference computes it.
-// Each order is implemented by every path, from one template (invariant_impl.h): a scalar reference
+// flushed to zero as the pair order's are (FTZ, DAZ). Measured on a Sapphire Rapids: TDPBF16PS so
+// fed sums as said on 100% of 5 million random outputs of normal magnitude (scripts/probe-amx-order.c,
+// "own sum" with one product zero), and an output is the same for 1 or 16 input rows
+// (tile_order_test.cpp); where sums fall into the denormal range 99.98% (a throwaway variant of the
+// probe; the rest not explained). Only the reference and AMX compute it (a vector path would need the
+// weights transposed), so it is a choice of its own, `--kernels invariant-tiles`, whose bits differ
+// from the pair order's; without AMX the reference computes it. The lm_head keeps the pair order
+// there (core/model/transformer.cpp's head says why).
+//
+// The 16-lane and pair orders are implemented by every path, from one template (invariant_impl.h): a scalar reference
 // (std::fma on a 16-float array), AVX2+FMA (two 8-lane registers), AVX-512F (one 16-lane register)
 // and AVX-512 BF16 (AVX-512F, with VDPBF16PS for the pair order). Tests hold them equal bit for bit,
 // so a CPU changes the speed, never the bits.

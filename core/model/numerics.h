@@ -15,10 +15,11 @@ enum class Kernels {
     Invariant,  // kvscope's batch-invariant kernels (core/kernels): a row's bits never depend on
                 // how many rows a call computes, so live == prefill == chunked == incremental; a bf16
                 // model's linears in the pair order, the same bits on every CPU
-    InvariantTiles,  // the same, a bf16 model's linears in the tile order (core/kernels/invariant.h):
-                     // AMX's, ~2x the bf16 prefill on CPUs with AMX-BF16, other bits than Invariant's;
-                     // without AMX the kernels' scalar reference computes it (for tests and for
-                     // replaying such runs elsewhere: slow)
+    InvariantTiles,  // the same, a bf16 model's layers' linears in the tile order (core/kernels/
+                     // invariant.h; the lm_head keeps the pair order): AMX's, ~2x the bf16 prefill
+                     // on CPUs with AMX-BF16, other bits than Invariant's; without AMX the kernels'
+                     // scalar reference computes it (for tests and for replaying such runs
+                     // elsewhere: slow)
 };
 std::string kernelsName(Kernels kernels);           // "torch" | "invariant" | "invariant-tiles"
 Kernels parseKernels(const std::string& name);      // throws UsageError naming the choices
