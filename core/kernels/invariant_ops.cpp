@@ -80,8 +80,9 @@ std::vector<torch::Tensor> linears(const torch::Tensor& x, const std::vector<Pro
                                    torch::ScalarType outType, Isa isa, LinearOrder order) {
     requireCpuFloat(x, "a linear layer's input");
     const int64_t S = x.size(0), in = x.size(1);
-    // bf16 inputs and bf16 weights (a bf16 model's every linear) take the pair order, the order of
-    // the CPU's bf16 dot product where it has one (invariant.h); anything else the 16-lane order.
+    // bf16 inputs and bf16 weights (a bf16 model's every linear) take `order`: the pair order, the
+    // order of the CPU's bf16 dot product where it has one, or the tile order, AMX's (invariant.h);
+    // anything else the 16-lane order.
     bool pairs = x.scalar_type() == torch::kBFloat16;
     for (const Projection& p : projections) {
         requireCpuFloat(p.weight, "a weight");
