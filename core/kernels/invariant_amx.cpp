@@ -9,6 +9,7 @@
 // half). TDPBF16PS then sums each output's 16 products of one half from zero and adds the sum to C:
 // the tile order's step, measured bit for bit against impl's reference (invariant_scalar.cpp).
 #include "core/kernels/invariant.h"
+#include "core/kernels/invariant_avx512_vec.h"  // Avx512Vec::transpose16
 
 #include <immintrin.h>
 
@@ -90,16 +91,40 @@ private:
     std::vector<uint16_t> padded_;
 };
 
+// A full tile's B halves for its whole chunks: 16 rows' 16 pairs a chunk, transposed in registers
+// so that vector j holds pair j of every row, then split into the even and the odd half.
+void packFullTile(const uint16_t* x, int64_t in, int64_t t0, int64_t wholeChunks, uint32_t* out) {
+    const __m512i evenHalves = _mm512_set1_epi32(0xFFFF), oddHalves = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+    for (int64_t c = 0; c < wholeChunks; ++c) {
+        Avx512Vec pairs[kTileRows];
+        for (int t = 0; t < kTileRows; ++t)
+            pairs[t].v = _mm512_castsi512_ps(_mm512_loadu_si512(x + (t0 + t) * in + c * kChunk));
+        Avx512Vec::transpose16(pairs);
+        uint32_t* even = out + 2 * c * kHalfDwords;
+        for (int j = 0; j < kTileRows; ++j) {
+            const __m512i pair = _mm512_castps_si512(pairs[j].v);
+            _mm512_storeu_si512(even + j * kTileRows, _mm512_and_si512(pair, evenHalves));
+            _mm512_storeu_si512(even + kHalfDwords + j * kTileRows, _mm512_and_si512(pair, oddHalves));
+        }
+    }
+}
+
 // The B tiles of input rows [t0, t0 + count) (count <= columns, the rest zero columns): for each
 // chunk, its even half then its odd half, each 16 pairs x `columns` dwords. A pair of inputs is one
-// dword of the row; its even element is the low half.
+// dword of the row; its even element is the low half. A full tile's whole chunks by packFullTile,
+// the rest (a ragged chunk, fewer rows) element by element. Measured on a Sapphire Rapids (2 cores,
+// alternating binaries, 2 runs each): a 512-token bf16 prefill in the tile order 654-664 -> 725-736
+// tok/s with packFullTile, 82-84% -> 90-93% of torch's in the same runs.
 void packInputs(const uint16_t* x, int64_t in, int64_t t0, int64_t count, int columns, int64_t chunks, uint32_t* out) {
-    std::memset(out, 0, static_cast<size_t>(chunks * 2 * kTileRows * columns) * sizeof(uint32_t));
     const int64_t halfDwords = kTileRows * columns, wholePairs = in / 2;
+    const int64_t vectorChunks = columns == kTileRows && count == kTileRows ? in / kChunk : 0;
+    if (vectorChunks > 0) packFullTile(x, in, t0, vectorChunks, out);
+    std::memset(out + vectorChunks * 2 * halfDwords, 0,
+                static_cast<size_t>((chunks - vectorChunks) * 2 * halfDwords) * sizeof(uint32_t));
     for (int64_t t = 0; t < count; ++t) {
         const uint16_t* row = x + (t0 + t) * in;
         uint32_t* even = out + t;
-        for (int64_t p = 0; p < wholePairs; ++p) {
+        for (int64_t p = vectorChunks * kChunk / 2; p < wholePairs; ++p) {
             uint32_t pair;
             std::memcpy(&pair, row + 2 * p, sizeof pair);
             uint32_t* at = even + (p / kTileRows) * 2 * halfDwords + (p % kTileRows) * columns;
