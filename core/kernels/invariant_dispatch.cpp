@@ -121,7 +121,7 @@ bool amxAgreesWithTheReference() {
 // process to use the tile registers (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, Linux 5.16 on).
 bool amxGranted() {
     unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || (d >> 22 & 1u) == 0 || (d >> 24 & 1u) == 0) return false;
+    if (!hasAmxBf16() || !__get_cpuid_count(7, 0, &a, &b, &c, &d) || (d >> 24 & 1u) == 0) return false;
     constexpr long kRequestPermission = 0x1023, kTileData = 18;
     return syscall(SYS_arch_prctl, kRequestPermission, kTileData) == 0;
 }
