@@ -38,4 +38,6 @@ void ensurePassiveOpenMpWait(char** argv) {
     // exec failed (no /proc?): carry on with the active policy, only slower.
 }
 
+void askMklForRepeatableSums() { ::setenv("MKL_CBWR", "AUTO", /*overwrite=*/0); }
+
 }  // namespace kvscope

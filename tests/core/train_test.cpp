@@ -13,6 +13,7 @@
 
 #include <filesystem>
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 #include <sstream>
 
@@ -173,6 +174,7 @@ DemoRecipe tinyRecipe() {
 }
 
 TEST(DemoTrainer, WritesALoadableCheckpointAndIsReproducible) {
+    const bool mklModeUnset = std::getenv("MKL_CBWR") == nullptr;
     test::TempDir dir;
     std::atomic<bool> stop{false};
     std::vector<double> losses;
@@ -195,6 +197,9 @@ TEST(DemoTrainer, WritesALoadableCheckpointAndIsReproducible) {
     EXPECT_EQ(a.test[0].total, 3);
     EXPECT_NE(test::readTextFile(dir.file("a") + "/README.md").find(a.fingerprint), std::string::npos);
 
+    if (mklModeUnset) {
+        EXPECT_STREQ(std::getenv("MKL_CBWR"), "AUTO") << "the trainer asks MKL for repeatable sums";
+    }
     const TrainingResult b = trainDemoModel(tinyRecipe(), dir.file("b"), {}, stop, 10);
     EXPECT_EQ(a.fingerprint, b.fingerprint) << "same recipe, same machine, same threads: same weights";
     DemoRecipe other = tinyRecipe();
