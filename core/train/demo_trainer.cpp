@@ -239,11 +239,11 @@ void writeModelCard(const fs::path& dir, const DemoRecipe& r, const ModelConfig&
         << " new tokens, answer = the integer after the last `Answer:`.\n\n"
         << "## Reproducibility\n\n"
            "Data order, initial weights (libtorch's CPU generator seeded with `seed`) and the optimiser are "
-           "deterministic. libtorch's CPU kernels give the same bits for the same thread count on the same "
-           "machine (the trainer asks Intel MKL, where libtorch uses it, for run-to-run reproducible sums: "
-           "MKL_CBWR=AUTO unless set), so retraining with the same recipe reproduces the fingerprint above "
-           "there. A different thread count, CPU (vector width) or libtorch/BLAS version can change "
-           "floating-point summation order and so the weights.\n";
+           "deterministic. With one thread (the default) libtorch's CPU kernels give the same bits on the "
+           "same machine, so retraining with the same recipe reproduces the fingerprint above there. With "
+           "more threads PyTorch's pip wheel has once in a while given a fresh process other weights (cause "
+           "not found yet; Debian's libtorch has not). A different thread count, CPU (vector width) or "
+           "libtorch/BLAS version can change floating-point summation order and so the weights.\n";
 }
 
 int64_t countParameters(const ModelConfig& c, const Weights& w) {
@@ -305,7 +305,6 @@ TrainingResult trainInto(const fs::path& staging, const fs::path& outDir, const 
                          const std::function<void(const TrainingProgress&)>& onProgress, const std::atomic<bool>& stop,
                          int64_t reportEvery) {
     const auto t0 = Clock::now();
-    askMklForRepeatableSums();
     configureThreads(r.threads);
 #ifdef __GLIBC__
     // Every step allocates and frees the same large activation buffers; by default glibc returns

@@ -38,6 +38,4 @@ void ensurePassiveOpenMpWait(char** argv) {
     // exec failed (no /proc?): carry on with the active policy, only slower.
 }
 
-void askMklForRepeatableSums() { ::setenv("MKL_CBWR", "AUTO", /*overwrite=*/0); }
-
 }  // namespace kvscope

@@ -13,7 +13,6 @@
 
 #include <filesystem>
 #include <algorithm>
-#include <cstdlib>
 #include <set>
 #include <sstream>
 
@@ -173,15 +172,24 @@ DemoRecipe tinyRecipe() {
     return r;
 }
 
+// The reproducibility the model card promises: one thread (train-demo-model's default). With two,
+// PyTorch's wheel gave the first of the two trainings other weights in two fresh CI-like runs (the
+// same other weights both times), never when rerun; see docs/ARCHITECTURE.md, "Training the demo
+// model".
+DemoRecipe oneThreadRecipe() {
+    DemoRecipe r = tinyRecipe();
+    r.threads = 1;
+    return r;
+}
+
 TEST(DemoTrainer, WritesALoadableCheckpointAndIsReproducible) {
-    const bool mklModeUnset = std::getenv("MKL_CBWR") == nullptr;
     test::TempDir dir;
     std::atomic<bool> stop{false};
     std::vector<double> losses;
     auto record = [&](const TrainingProgress& p) {
         if (p.phase == "train") losses.push_back(p.loss);
     };
-    const TrainingResult a = trainDemoModel(tinyRecipe(), dir.file("a"), record, stop, 10);
+    const TrainingResult a = trainDemoModel(oneThreadRecipe(), dir.file("a"), record, stop, 10);
     ASSERT_EQ(losses.size(), 3u);
     EXPECT_LT(losses.back(), losses.front() * 0.8) << "the loss should fall within 30 steps";
     for (const char* f : {"config.json", "generation_config.json", "tokenizer.json", "model.safetensors", "test.jsonl",
@@ -197,12 +205,9 @@ TEST(DemoTrainer, WritesALoadableCheckpointAndIsReproducible) {
     EXPECT_EQ(a.test[0].total, 3);
     EXPECT_NE(test::readTextFile(dir.file("a") + "/README.md").find(a.fingerprint), std::string::npos);
 
-    if (mklModeUnset) {
-        EXPECT_STREQ(std::getenv("MKL_CBWR"), "AUTO") << "the trainer asks MKL for repeatable sums";
-    }
-    const TrainingResult b = trainDemoModel(tinyRecipe(), dir.file("b"), {}, stop, 10);
-    EXPECT_EQ(a.fingerprint, b.fingerprint) << "same recipe, same machine, same threads: same weights";
-    DemoRecipe other = tinyRecipe();
+    const TrainingResult b = trainDemoModel(oneThreadRecipe(), dir.file("b"), {}, stop, 10);
+    EXPECT_EQ(a.fingerprint, b.fingerprint) << "same recipe, same machine, one thread: same weights";
+    DemoRecipe other = oneThreadRecipe();
     other.seed = 2;
     EXPECT_NE(trainDemoModel(other, dir.file("c"), {}, stop, 10).fingerprint, a.fingerprint);
 }

@@ -13,9 +13,6 @@
 
 #include <dlfcn.h>
 
-#include <cstdlib>
-#include <string>
-
 namespace kvscope {
 namespace {
 
@@ -205,22 +202,6 @@ TEST(Threads, ConfigureThreadsBoundsEveryPoolIncludingOpenBlas) {
         }
     }
     if (!openblas) GTEST_SKIP() << "this libtorch does not use OpenBLAS (libtorch's own pool was checked)";
-}
-
-TEST(Threads, MklIsAskedForRepeatableSumsUnlessTheUserChoseAMode) {
-    const char* before = std::getenv("MKL_CBWR");
-    const std::string saved = before ? before : "";
-    ::unsetenv("MKL_CBWR");
-    askMklForRepeatableSums();
-    ASSERT_NE(std::getenv("MKL_CBWR"), nullptr);
-    EXPECT_STREQ(std::getenv("MKL_CBWR"), "AUTO");
-    ::setenv("MKL_CBWR", "COMPATIBLE", 1);
-    askMklForRepeatableSums();
-    EXPECT_STREQ(std::getenv("MKL_CBWR"), "COMPATIBLE") << "a mode the user set is theirs";
-    if (before)
-        ::setenv("MKL_CBWR", saved.c_str(), 1);
-    else
-        ::unsetenv("MKL_CBWR");
 }
 
 }  // namespace
