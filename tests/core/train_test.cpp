@@ -168,16 +168,10 @@ DemoRecipe tinyRecipe() {
     r.learningRate = 5e-3;
     r.testItems = 3;
     r.validationItems = 3;
-    r.threads = 2;
-    return r;
-}
-
-// The reproducibility the model card promises: one thread (train-demo-model's default). With two,
-// PyTorch's wheel gave the first of the two trainings other weights in two fresh CI-like runs (the
-// same other weights both times), never when rerun; see docs/ARCHITECTURE.md, "Training the demo
-// model".
-DemoRecipe oneThreadRecipe() {
-    DemoRecipe r = tinyRecipe();
+    // The reproducibility the model card promises is one thread's (train-demo-model's default). With
+    // two, PyTorch's wheel gave the first of two trainings other weights in two fresh CI-like runs
+    // (the same other weights both times), never when rerun; see docs/ARCHITECTURE.md, "Training the
+    // demo model".
     r.threads = 1;
     return r;
 }
@@ -189,7 +183,7 @@ TEST(DemoTrainer, WritesALoadableCheckpointAndIsReproducible) {
     auto record = [&](const TrainingProgress& p) {
         if (p.phase == "train") losses.push_back(p.loss);
     };
-    const TrainingResult a = trainDemoModel(oneThreadRecipe(), dir.file("a"), record, stop, 10);
+    const TrainingResult a = trainDemoModel(tinyRecipe(), dir.file("a"), record, stop, 10);
     ASSERT_EQ(losses.size(), 3u);
     EXPECT_LT(losses.back(), losses.front() * 0.8) << "the loss should fall within 30 steps";
     for (const char* f : {"config.json", "generation_config.json", "tokenizer.json", "model.safetensors", "test.jsonl",
@@ -205,9 +199,9 @@ TEST(DemoTrainer, WritesALoadableCheckpointAndIsReproducible) {
     EXPECT_EQ(a.test[0].total, 3);
     EXPECT_NE(test::readTextFile(dir.file("a") + "/README.md").find(a.fingerprint), std::string::npos);
 
-    const TrainingResult b = trainDemoModel(oneThreadRecipe(), dir.file("b"), {}, stop, 10);
+    const TrainingResult b = trainDemoModel(tinyRecipe(), dir.file("b"), {}, stop, 10);
     EXPECT_EQ(a.fingerprint, b.fingerprint) << "same recipe, same machine, one thread: same weights";
-    DemoRecipe other = oneThreadRecipe();
+    DemoRecipe other = tinyRecipe();
     other.seed = 2;
     EXPECT_NE(trainDemoModel(other, dir.file("c"), {}, stop, 10).fingerprint, a.fingerprint);
 }
