@@ -40,6 +40,8 @@ struct Avx512Vec {
     // (302-331 against 280-306 there, weights in the cache), but re-reads the weights for every 64
     // rows, from memory in a prefill: the panel, which streams them once a call, gave a 512-token
     // fp32 prefill 356-359 tok/s against 325-327. Up to 64 rows the tile reads them once too.
+    // Other panel shapes measured the same (one thread, 512 rows of the 0.5B shape's bf16 linears:
+    // 12 x 2, 14 x 2, 8 x 3 and 6 x 4 output vectors all at 141-150 GFLOP/s).
     using Wide = Avx512Vec;  // 16 outputs side by side
     static constexpr int kWidth = 16;
     static constexpr int kPanelRows = 12, kPanelFromRows = 64;
@@ -131,6 +133,7 @@ struct Avx512Vec {
         _mm512_storeu_ps(out, _mm512_permutexvar_ps(lane, totals));
     }
     void store(float* p) const { _mm512_storeu_ps(p, v); }
+    void storeFirst(float* p, int n) const { _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v); }
     // v[j] lane i <- v[i] lane j, in 64 shuffles (panelLinear's weight packing). 128-bit blocks are
     // named b0..b3; after the two unpack levels, block b of u[4m + q] holds lane 4b + q of v[4m..4m+3].
     static void transpose16(Avx512Vec* v) {

@@ -15,6 +15,7 @@
 //   whether the pair order does from 32 rows, with V::Wide (an output vector: kWidth, zero,
 //   broadcast, load, fma, add, store), V::kPanelRows rows per tile and V::kTransposes16: whether
 //   V::transpose16(v) turns 16 vectors in place into their transpose (v[j] lane i = old v[i] lane j),
+//   and v.storeFirst(p, n) stores lanes [0, n) alone,
 //   V::loadOdd(p) and V::loadEven(p): lanes j = the bf16 elements 2j+1, 2j of p[0..32), widened,
 //   V::Pairs: the pair order's step (invariant.h) on 32 bf16 elements, Chunk load(const uint16_t*)
 //   and V dot(x, w, acc); EmulatedPairs<V> below (two FMAs, from V::loadOdd and V::loadEven) or
@@ -225,7 +226,6 @@ inline float widened(uint16_t bf16) {  // bf16 is the top half of an fp32: exact
 template <typename V>
 struct LaneOrder {
     using Steps = LaneSteps<V>;
-    static constexpr bool kRowsInPlace = true;  // its rows are fp32 already, 16 lanes a step
     static int64_t steps(int64_t in) { return (in + kLanes - 1) / kLanes; }
     template <typename Element>
     static V lanes(const Element* row, int64_t in, int64_t t) {
@@ -237,7 +237,6 @@ struct LaneOrder {
 template <typename V>
 struct PairLanes {
     using Steps = PairSteps<V>;
-    static constexpr bool kRowsInPlace = false;
     static int64_t steps(int64_t in) { return (in + 2 * kLanes - 1) / (2 * kLanes) * 2; }
     static V lanes(const uint16_t* row, int64_t in, int64_t t) {
         const int64_t i = t / 2 * 2 * kLanes;
@@ -248,15 +247,30 @@ struct PairLanes {
     }
 };
 
-// Rows [0, rows) in tiles of R, laid out [tile][step t][row k][lane j] (zeros past the last row),
-// so that a step's R broadcasts sit at fixed offsets from one pointer.
+// Rows [0, rows) in tiles of R, laid out [tile][lane j][step t][row k] (zeros past the last row),
+// so that one lane's pass reads its steps' R broadcasts as one contiguous run. Where V transposes
+// 16 vectors in registers, a step's R rows become the 16 lanes' runs at once.
 template <typename V, int R, typename Order, typename Element>
 void packRows(const Element* x, int64_t rows, int64_t in, float* out) {
     const int64_t T = Order::steps(in);
-    for (int64_t r = 0; r < rows; r += R)
-        for (int64_t t = 0; t < T; ++t)
-            for (int k = 0; k < R; ++k, out += kLanes)
-                (r + k < rows ? Order::lanes(x + (r + k) * in, in, t) : V::zero()).store(out);
+    for (int64_t r = 0; r < rows; r += R, out += kLanes * T * R)
+        for (int64_t t = 0; t < T; ++t) {
+            auto rowLanes = [&](int k) { return r + k < rows ? Order::lanes(x + (r + k) * in, in, t) : V::zero(); };
+            if constexpr (V::kTransposes16 && R <= kLanes) {
+                V lanes[kLanes];
+#pragma GCC unroll 16
+                for (int k = 0; k < kLanes; ++k) lanes[k] = k < R ? rowLanes(k) : V::zero();
+                V::transpose16(lanes);
+#pragma GCC unroll 16
+                for (int j = 0; j < kLanes; ++j) lanes[j].storeFirst(out + (j * T + t) * R, R);
+            } else {
+                for (int k = 0; k < R; ++k) {
+                    float lanes[kLanes];
+                    rowLanes(k).store(lanes);
+                    for (int j = 0; j < kLanes; ++j) out[(j * T + t) * R + k] = lanes[j];
+                }
+            }
+        }
 }
 
 // Weight rows [o, o + P) laid out [lane j][step t][output c] (zeros from o1 on), so that one lane
@@ -296,60 +310,55 @@ void packPanel(const Element* w, int64_t in, int64_t o, int64_t o1, float* panel
 // same FMAs in the same order, and the 16 lanes are then summed by the same tree, so the bits are
 // dotTile's (the kernel tests hold this path to the scalar reference). Padding adds 0 * 0 to a chain,
 // which leaves it as it was (a chain that starts at +0 is never -0).
-//   xs:    the rows, packRows' layout, widened once per call; fp32 rows in the 16-lane order are
-//          read where they are (Order::kRowsInPlace: packing them measured 5% slower on AVX2)
+//   xs:     the rows, packRows' layout, widened once per call
 //   panels: G panels of 2W weight rows each (packPanel's layout, widened once per call), as many as
-//          share the L2 cache with the rows they pass over (cacheBytesForPanels)
-//   part:  [lane j][row][output], the chains' ends, summed by the tree
-// The reduction goes in chunks of kChunk steps, all 16 lanes per chunk, so the rows' inputs that a
-// chunk reads (R x kChunk cache lines) stay in L1 while every lane passes over them.
-template <typename V, typename Order>
+//           share the L2 cache with the rows they pass over (cacheBytesForPanels)
+//   part:   [lane j][row][output], the chains' ends, summed by the tree
+// A lane passes over all its steps at once, its R x 2 chains in registers from the first step to the
+// last, reading two contiguous runs (its panel lane and its rows' lane): 10-25% faster on a
+// Sapphire Rapids than rows laid out step by step and the reduction cut into chunks of 32 steps
+// (docs/ARCHITECTURE.md has the figures).
+template <typename V>
 struct PanelShape {
     using W = typename V::Wide;
-    static constexpr int R = V::kPanelRows, P = 2 * W::kWidth;
-    static constexpr int64_t kChunk = 32, kTileFloats = R * kLanes;  // a tile's floats a step
-    static constexpr bool kInPlace = Order::kRowsInPlace;
+    static constexpr int R = V::kPanelRows, C = 2, P = C * W::kWidth;  // two output vectors a row
 };
 
 // Rows [r, r + R) (those before `rows`) against one panel: outputs [o, o + P) (those before o1).
-// xt: the tile's packed rows, or xr: its rows in place.
-template <typename V, typename Order, typename XElement>
-void panelTile(const float* xt, const XElement* const* xr, int64_t r, int64_t rows, int64_t in, const float* panel,
-               float* y, int64_t yStride, int64_t o, int64_t o1) {
-    using S = PanelShape<V, Order>;
+// xt: the tile's packed rows.
+template <typename V>
+void panelTile(const float* xt, int64_t r, int64_t rows, int64_t T, const float* panel, float* y, int64_t yStride,
+               int64_t o, int64_t o1) {
+    using S = PanelShape<V>;
     using W = typename S::W;
-    constexpr int R = S::R, P = S::P;
-    const int64_t T = Order::steps(in);
+    constexpr int R = S::R, C = S::C, P = S::P;
     float part[kLanes][R][P];
-    for (int64_t t0 = 0; t0 < T; t0 += S::kChunk) {
-        const int64_t t1 = smaller(T, t0 + S::kChunk);
-        for (int64_t j = 0; j < kLanes; ++j) {
-            W acc[R][2];
+    for (int64_t j = 0; j < kLanes; ++j) {
+        W acc[R][C];
 #pragma GCC unroll 16
-            for (int k = 0; k < R; ++k)
-#pragma GCC unroll 2
-                for (int h = 0; h < 2; ++h) acc[k][h] = t0 == 0 ? W::zero() : W::load(&part[j][k][h * W::kWidth]);
-            const float* wp = panel + (j * T + t0) * P;
-            const float* xp = S::kInPlace ? nullptr : xt + t0 * S::kTileFloats + j;
-            // In place, a lane past the row's end is not read (the panel has zeros there).
-            const int64_t end = S::kInPlace && t1 == T && (T - 1) * kLanes + j >= in ? T - 1 : t1;
-            for (int64_t t = t0; t < end; ++t, wp += P, xp += S::kTileFloats) {
-                const W w0 = W::load(wp), w1 = W::load(wp + W::kWidth);
+        for (int k = 0; k < R; ++k)
+#pragma GCC unroll 4
+            for (int h = 0; h < C; ++h) acc[k][h] = W::zero();
+        const float* wp = panel + j * T * P;
+        const float* xp = xt + j * T * R;
+        for (int64_t t = 0; t < T; ++t, wp += P, xp += R) {
+            W wv[C];
+#pragma GCC unroll 4
+            for (int h = 0; h < C; ++h) wv[h] = W::load(wp + h * W::kWidth);
 #pragma GCC unroll 16
-                for (int k = 0; k < R; ++k) {
-                    const W b = W::broadcast(S::kInPlace ? xr[k][t * kLanes + j] : xp[k * kLanes]);
-                    acc[k][0] = W::fma(b, w0, acc[k][0]);
-                    acc[k][1] = W::fma(b, w1, acc[k][1]);
-                }
+            for (int k = 0; k < R; ++k) {
+                const W b = W::broadcast(xp[k]);
+#pragma GCC unroll 4
+                for (int h = 0; h < C; ++h) acc[k][h] = W::fma(b, wv[h], acc[k][h]);
             }
-#pragma GCC unroll 16
-            for (int k = 0; k < R; ++k)
-#pragma GCC unroll 2
-                for (int h = 0; h < 2; ++h) acc[k][h].store(&part[j][k][h * W::kWidth]);
         }
+#pragma GCC unroll 16
+        for (int k = 0; k < R; ++k)
+#pragma GCC unroll 4
+            for (int h = 0; h < C; ++h) acc[k][h].store(&part[j][k][h * W::kWidth]);
     }
     for (int k = 0; k < R && r + k < rows; ++k)
-        for (int h = 0; h < 2; ++h) {  // the tree: +8, +4, +2, +1, one output vector at a time
+        for (int h = 0; h < C; ++h) {  // the tree: +8, +4, +2, +1, one output vector at a time
             W s[8];
             for (int j = 0; j < 8; ++j)
                 s[j] = W::add(W::load(&part[j][k][h * W::kWidth]), W::load(&part[j + 8][k][h * W::kWidth]));
@@ -367,37 +376,38 @@ void panelTile(const float* xt, const XElement* const* xr, int64_t r, int64_t ro
         }
 }
 
+// 64-byte aligned storage for n floats (panels' vector loads then never straddle two cache lines),
+// or null.
+inline float* alignedFloats(int64_t n) {
+    return static_cast<float*>(aligned_alloc(64, (static_cast<size_t>(n) * sizeof(float) + 63) / 64 * 64));
+}
+
 template <typename V, typename Order, typename XElement, typename Element>
 void panelLinear(const XElement* x, int64_t rows, int64_t in, const Element* w, float* y, int64_t yStride, int64_t o0,
                  int64_t o1) {
-    using S = PanelShape<V, Order>;
+    using S = PanelShape<V>;
     constexpr int R = S::R, P = S::P;
     const int64_t T = Order::steps(in), tiles = (rows + R - 1) / R, panelFloats = kLanes * T * P;
+    const int64_t tileFloats = kLanes * T * R;
     // As many panels as share the L2 cache with the rows they pass over: each tile's rows are then
     // read once for G panels (from L3 for wide inputs: 512 x 4864 rows are 10 MB packed).
     const int64_t fit = cacheBytesForPanels() / (panelFloats * static_cast<int64_t>(sizeof(float)));
     const int64_t G = smaller(fit > 1 ? fit : 1, (o1 - o0 + P - 1) / P);
-    float* panels = static_cast<float*>(malloc(static_cast<size_t>(G * panelFloats) * sizeof(float)));
-    float* xs = S::kInPlace
-                    ? nullptr
-                    : static_cast<float*>(malloc(static_cast<size_t>(tiles * T * S::kTileFloats) * sizeof(float)));
-    if (!panels || (!S::kInPlace && !xs)) {  // out of memory: the same bits, slower
+    float* panels = alignedFloats(G * panelFloats);
+    float* xs = alignedFloats(tiles * tileFloats);
+    if (!panels || !xs) {  // out of memory: the same bits, slower
         free(panels);
         free(xs);
         return linearTiles<V, V::kRows, V::kCols, typename Order::Steps>(x, rows, in, w, y, yStride, o0, o1);
     }
-    if constexpr (!S::kInPlace) packRows<V, R, Order>(x, rows, in, xs);
+    packRows<V, R, Order>(x, rows, in, xs);
     for (int64_t o = o0; o < o1; o += G * P) {
         const int64_t count = smaller(G, (o1 - o + P - 1) / P);
         for (int64_t g = 0; g < count; ++g) packPanel<V, P, Order>(w, in, o + g * P, o1, panels + g * panelFloats);
-        for (int64_t tile = 0; tile < tiles; ++tile) {
-            const int64_t r = tile * R;
-            const XElement* xr[R];
-            for (int k = 0; k < R; ++k) xr[k] = x + smaller(r + k, rows - 1) * in;
-            const float* xt = S::kInPlace ? nullptr : xs + tile * T * S::kTileFloats;
+        for (int64_t tile = 0; tile < tiles; ++tile)
             for (int64_t g = 0; g < count; ++g)
-                panelTile<V, Order>(xt, xr, r, rows, in, panels + g * panelFloats, y, yStride, o + g * P, o1);
-        }
+                panelTile<V>(xs + tile * tileFloats, tile * R, rows, T, panels + g * panelFloats, y, yStride, o + g * P,
+                             o1);
     }
     free(panels);
     free(xs);
