@@ -52,6 +52,19 @@ void linearTiles(const uint16_t*, int64_t, int64_t, const uint16_t*, float*, int
 namespace {
 
 #ifdef KVSCOPE_KERNELS_X86
+// The start-up probes' inputs: bf16 bit patterns from a fixed LCG, both signs, biased exponents in
+// [lowestExponent, lowestExponent + exponents), random mantissas.
+struct ProbeBits {
+    uint32_t state;
+    unsigned lowestExponent, exponents;
+    uint16_t next() {
+        state = state * 1664525u + 1013904223u;
+        const uint32_t bits = state >> 8;
+        return static_cast<uint16_t>((bits & 0x8000u) | ((lowestExponent + bits % exponents) << 7) |
+                                     (bits >> 24 & 0x7Fu));
+    }
+};
+
 // Whether this CPU's VDPBF16PS computes the pair order (invariant.h) as the AVX-512F path emulates
 // it, on a fixed probe: 4 outputs of 80 elements (two chunks and a padded one), magnitudes from
 // denormal to 2^13, both signs. Intel defines the instruction so and an AMD Zen 4 computes it so;
@@ -59,14 +72,9 @@ namespace {
 bool nativePairsAgree() {
     constexpr int64_t kIn = 80, kOut = 4;
     uint16_t x[kIn], w[kOut * kIn];
-    uint32_t state = 12345;
-    auto next = [&state]() -> uint16_t {
-        state = state * 1664525u + 1013904223u;
-        const uint32_t bits = state >> 8;
-        return static_cast<uint16_t>((bits & 0x8000u) | ((bits % 141u) << 7) | (bits >> 24 & 0x7Fu));
-    };
-    for (uint16_t& v : x) v = next();
-    for (uint16_t& v : w) v = next();
+    ProbeBits bits{12345, 0, 141};
+    for (uint16_t& v : x) v = bits.next();
+    for (uint16_t& v : w) v = bits.next();
     float emulated[kOut], native[kOut];
     avx512::linear(x, 1, kIn, w, emulated, kOut, 0, kOut);
     avx512bf16::linear(x, 1, kIn, w, native, kOut, 0, kOut);
@@ -85,12 +93,18 @@ Isa widestOnThisCpu() {
     return Isa::Scalar;
 }
 
-// AMX-BF16 (CPUID leaf 7, EDX bit 22): the Intel CPUs where VDPBF16PS was measured at half the FMA
-// rate (Sapphire Rapids).
+#ifdef KVSCOPE_KERNELS_X86
+// CPUID leaf 7's EDX (0 where the CPU has no leaf 7): bit 22 AMX-BF16, bit 24 AMX-TILE.
+unsigned cpuidLeaf7Edx() {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) ? d : 0;
+}
+#endif
+
+// AMX-BF16: the Intel CPUs where VDPBF16PS was measured at half the FMA rate (Sapphire Rapids).
 bool hasAmxBf16() {
 #ifdef KVSCOPE_KERNELS_X86
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1u) != 0;
+    return (cpuidLeaf7Edx() >> 22 & 1u) != 0;
 #else
     return false;
 #endif
@@ -103,25 +117,20 @@ bool hasAmxBf16() {
 bool amxAgreesWithTheReference() {
     constexpr int64_t kIn = 80, kOut = 35, kRows = 3;
     uint16_t x[kRows * kIn], w[kOut * kIn];
-    uint32_t state = 2024;
-    auto next = [&state]() -> uint16_t {
-        state = state * 1664525u + 1013904223u;
-        const uint32_t bits = state >> 8;
-        return static_cast<uint16_t>((bits & 0x8000u) | ((107u + bits % 41u) << 7) | (bits >> 24 & 0x7Fu));
-    };
-    for (uint16_t& v : x) v = next();
-    for (uint16_t& v : w) v = next();
+    ProbeBits bits{2024, 107, 41};
+    for (uint16_t& v : x) v = bits.next();
+    for (uint16_t& v : w) v = bits.next();
     float reference[kRows * kOut], tiles[kRows * kOut];
     scalar::linearTiles(x, kRows, kIn, w, reference, kOut, 0, kOut);
     amx::linearTiles(x, kRows, kIn, w, tiles, kOut, 0, kOut);
     return std::memcmp(reference, tiles, sizeof tiles) == 0;
 }
 
-// AMX-TILE and AMX-BF16 (CPUID leaf 7, EDX bits 24 and 22), and the kernel's permission for this
-// process to use the tile registers (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, Linux 5.16 on).
+// AMX-TILE and AMX-BF16, and the kernel's permission for this process to use the tile registers
+// (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, Linux 5.16 on).
 bool amxGranted() {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!hasAmxBf16() || !__get_cpuid_count(7, 0, &a, &b, &c, &d) || (d >> 24 & 1u) == 0) return false;
+    const unsigned edx = cpuidLeaf7Edx();
+    if ((edx >> 22 & 1u) == 0 || (edx >> 24 & 1u) == 0) return false;
     constexpr long kRequestPermission = 0x1023, kTileData = 18;
     return syscall(SYS_arch_prctl, kRequestPermission, kTileData) == 0;
 }
