@@ -170,8 +170,8 @@ DemoRecipe tinyRecipe() {
     r.validationItems = 3;
     // The reproducibility the model card promises is one thread's (train-demo-model's default). With
     // two, PyTorch's wheel gave the first of two trainings other weights in two fresh CI-like runs
-    // (the same other weights both times), never when rerun; see docs/ARCHITECTURE.md, "Training the
-    // demo model".
+    // (the same other weights both times) and in 2 of ~160 local runs with 3-4 test processes at a
+    // time, never in reruns alone; see docs/ARCHITECTURE.md, "Training the demo model".
     r.threads = 1;
     return r;
 }
