@@ -32,6 +32,9 @@ std::optional<double> fractionOfPeak(const BenchReport& r, const KernelRow& k) {
     return k.flopsPerSecond / peak;
 }
 
+// An empty string as JSON null (a path or name that does not apply, or that this build cannot tell).
+nlohmann::json orNull(const std::string& s) { return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s); }
+
 nlohmann::json reportToJson(const BenchReport& r) {
     nlohmann::json rows = nlohmann::json::array(), kernelRows = nlohmann::json::array();
     for (const auto& row : r.rows)
@@ -54,7 +57,7 @@ nlohmann::json reportToJson(const BenchReport& r) {
                               {"kernels", k.kernels},
                               {"shape", k.shape},
                               {"rows", k.rows},
-                              {"path", k.path.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.path)},
+                              {"path", orNull(k.path)},
                               {"in", k.in},
                               {"out", k.out},
                               {"seconds", k.seconds},
@@ -68,6 +71,8 @@ nlohmann::json reportToJson(const BenchReport& r) {
             {"cpu_features", r.cpuFeatures},
             {"invariant_kernel_path", r.kernelPath},
             {"invariant_prefill_pair_path", r.prefillPairPath},
+            {"torch_onednn_isa", orNull(r.torchOneDnn.name)},
+            {"torch_onednn_isa_cap", orNull(r.torchOneDnn.cap)},
             {"read_bandwidth_gb_per_s", r.readBandwidthBytesPerSecond / 1e9},
             {"triad_bandwidth_gb_per_s", r.triadBandwidthBytesPerSecond / 1e9},
             {"bound_bandwidth_gb_per_s", r.boundBandwidthBytesPerSecond / 1e9},
@@ -79,11 +84,21 @@ nlohmann::json reportToJson(const BenchReport& r) {
             {"kernel_rows", kernelRows}};
 }
 
+// Where torch kernels' bf16 products run: the bf16 prefill ratio means another thing against AMX.
+std::string oneDnnLine(const OneDnnIsa& isa) {
+    const std::string cap = isa.cap.empty() ? "ONEDNN_MAX_CPU_ISA unset" : "capped by ONEDNN_MAX_CPU_ISA=" + isa.cap;
+    if (isa.name.empty()) return "inside libtorch, its instruction set not exposed (" + cap + ")";
+    return isa.name + " (" + isa.library + "; " + cap + ")";
+}
+
 void printReport(const BenchReport& r) {
     const std::string prefillPath =
         r.prefillPairPath == r.kernelPath ? "" : "; a bf16 prefill's linears: " + r.prefillPairPath + " path (FMAs)";
-    std::printf("model: %s\nlibtorch: %s\ncpu: %s\ninvariant kernels: %s path%s\nthreads: %d\n", r.modelDir.c_str(),
-                r.libtorch.c_str(), r.cpuFeatures.c_str(), r.kernelPath.c_str(), prefillPath.c_str(), r.threads);
+    std::printf(
+        "model: %s\nlibtorch: %s\ncpu: %s\ntorch kernels' bf16 products: oneDNN %s\n"
+        "invariant kernels: %s path%s\nthreads: %d\n",
+        r.modelDir.c_str(), r.libtorch.c_str(), r.cpuFeatures.c_str(), oneDnnLine(r.torchOneDnn).c_str(),
+        r.kernelPath.c_str(), prefillPath.c_str(), r.threads);
     std::printf(
         "bandwidth: read %.1f GB/s (1, 2 or 4 streams a thread), triad %.1f GB/s (vectorised, %d threads, best of 5); "
         "bound: %.1f GB/s\n",

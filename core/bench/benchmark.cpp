@@ -315,6 +315,7 @@ BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const s
     report.cpuFeatures = cpuVectorFeatures();
     report.kernelPath = kernels::isaName(kernels::bestIsa());
     report.prefillPairPath = kernels::isaName(kernels::pairsPathForRows(kernels::bestIsa(), o.promptTokens));
+    report.torchOneDnn = torchOneDnnIsa();
     report.lastLevelCacheBytes = lastLevelCacheBytes();
     report.bandwidthArrayBytes = streamArrayBytes(report.lastLevelCacheBytes, physicalMemoryBytes());
     log("measuring memory bandwidth (read and triad, " + std::to_string(report.threads) + " threads, arrays of " +

@@ -4,6 +4,7 @@
 // model for each dtype and kernel choice, next to the decode rate this machine's memory bandwidth
 // allows, and per-shape kernel figures; everything measured in the same run, so ratios compare.
 #include "core/model/numerics.h"
+#include "core/util/version.h"
 
 #include <torch/types.h>
 
@@ -56,6 +57,7 @@ struct BenchReport {
     std::string cpuFeatures;             // the vector extensions that decide kernels (and bits)
     std::string kernelPath;              // the invariant kernels' instruction set here
     std::string prefillPairPath;         // theirs for a bf16 prefill's linears (kernels::pairsPathForRows)
+    OneDnnIsa torchOneDnn;               // what torch kernels' bf16 products run on (AMX or not)
     double readBandwidthBytesPerSecond = 0;   // vectorised read of one large array, best of passes and streams
     double triadBandwidthBytesPerSecond = 0;  // STREAM triad, best of passes
     double boundBandwidthBytesPerSecond = 0;  // the larger: what a decode step can at best stream

@@ -7,6 +7,8 @@
 
 #include <dlfcn.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -50,6 +52,39 @@ std::string deviceSummary() {
     else
         s += "; CUDA: not available";
     return s;
+}
+
+std::string oneDnnIsaName(unsigned isa) {
+    switch (isa) {
+    case 0x7: return "avx2";
+    case 0x27: return "avx512_core";
+    case 0x67: return "avx512_core_vnni";
+    case 0xe7: return "avx512_core_bf16";
+    case 0x3e7:  // oneDNN 2.x
+    case 0xfef: return "avx512_core_amx";
+    case 0x1fef: return "avx512_core_amx_fp16";
+    default: {
+        char hex[16];
+        std::snprintf(hex, sizeof hex, "0x%x", isa);
+        return hex;
+    }
+    }
+}
+
+OneDnnIsa torchOneDnnIsa() {
+    OneDnnIsa found;
+    for (const char* variable : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"})  // oneDNN reads the first one set
+        if (const char* value = std::getenv(variable); value && *value && found.cap.empty()) found.cap = value;
+    // Exported only where oneDNN is a shared library of its own (Debian's libtorch); a pip wheel links
+    // it into libtorch_cpu with its symbols hidden. Looked up in the process, not linked: only some
+    // builds have it.
+    using EffectiveIsa = int (*)();
+    auto* effective = reinterpret_cast<EffectiveIsa>(::dlsym(RTLD_DEFAULT, "dnnl_get_effective_cpu_isa"));
+    if (!effective) return found;
+    found.name = oneDnnIsaName(static_cast<unsigned>(effective()));
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(effective), &info) && info.dli_fname) found.library = info.dli_fname;
+    return found;
 }
 
 }  // namespace kvscope

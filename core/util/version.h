@@ -8,4 +8,17 @@ std::string libtorchVersion();      // the headers kvscope was built against: "1
 std::string libtorchLibraryPath();  // the libtorch_cpu file this process actually loaded
 std::string cpuVectorFeatures();    // "avx2 fma avx512f ...": the extensions that pick kernels, and so bits
 std::string deviceSummary();        // "cpu (2 threads); CUDA: not available"
+
+// oneDNN runs libtorch's bf16 matrix products on x86 CPUs, and the instruction set it picked sets
+// the pace of a torch-kernel bf16 prefill: AMX tiles on a CPU that has them; capped by the
+// environment variable ONEDNN_MAX_CPU_ISA, what a CPU without them would run.
+struct OneDnnIsa {
+    std::string name;     // "avx512_core_amx", ...; empty where libtorch links oneDNN inside itself
+    std::string library;  // the shared library that answered ("/lib/.../libdnnl.so.2"), or empty
+    std::string cap;      // ONEDNN_MAX_CPU_ISA (or the older DNNL_MAX_CPU_ISA), empty if unset
+};
+OneDnnIsa torchOneDnnIsa();
+// oneDNN's dnnl_cpu_isa_t value as its name. Values of both generations: AMX is 0x3e7 in oneDNN
+// 2.x (Debian 12's libdnnl.so.2) and 0xfef in 3.x; values this does not know come back in hex.
+std::string oneDnnIsaName(unsigned isa);
 }  // namespace kvscope

@@ -116,6 +116,27 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
     EXPECT_TRUE(k["kernel_rows"].empty());
 }
 
+TEST(Cli, BenchNamesWhatTorchKernelsBf16ProductsRunOn) {
+    EXPECT_EQ(oneDnnIsaName(0x3e7), "avx512_core_amx");  // oneDNN 2.x
+    EXPECT_EQ(oneDnnIsaName(0xfef), "avx512_core_amx");  // 3.x
+    EXPECT_EQ(oneDnnIsaName(0xe7), "avx512_core_bf16");
+    EXPECT_EQ(oneDnnIsaName(0x12345), "0x12345");
+    // The cap in the environment is reported; where oneDNN answers (a libtorch that links it as a
+    // library of its own: Debian's), it names the capped set, read from oneDNN, not from the variable.
+    const auto r = runCli("bench --model " + model() +
+                              " --prompt-tokens 4 --decode-tokens 1 --rebuild-tokens 1 --dtypes fp32 --kernels "
+                              "invariant --no-kernel-figures --json",
+                          "ONEDNN_MAX_CPU_ISA=AVX2");
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["torch_onednn_isa_cap"], "AVX2");
+    if (torchOneDnnIsa().name.empty()) {  // this process has the same libtorch
+        EXPECT_TRUE(j["torch_onednn_isa"].is_null()) << j["torch_onednn_isa"];
+    } else if (cpuVectorFeatures().find("avx2") != std::string::npos) {
+        EXPECT_EQ(j["torch_onednn_isa"], "avx2");
+    }
+}
+
 TEST(Cli, GenerateJsonHasTheDocumentedKeys) {
     auto r = runCli("generate --model " + model() + " --prompt 'The model thinks' --max-new-tokens 6 --json");
     ASSERT_EQ(r.exitCode, 0) << r.err;
