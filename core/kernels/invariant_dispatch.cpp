@@ -94,7 +94,8 @@ Isa widestOnThisCpu() {
 }
 
 #ifdef KVSCOPE_KERNELS_X86
-// CPUID leaf 7's EDX (0 where the CPU has no leaf 7): bit 22 AMX-BF16, bit 24 AMX-TILE.
+// CPUID leaf 7's EDX (0 where the CPU has no leaf 7), and its AMX bits.
+constexpr unsigned kAmxBf16Bit = 1u << 22, kAmxTileBit = 1u << 24;
 unsigned cpuidLeaf7Edx() {
     unsigned a = 0, b = 0, c = 0, d = 0;
     return __get_cpuid_count(7, 0, &a, &b, &c, &d) ? d : 0;
@@ -104,7 +105,7 @@ unsigned cpuidLeaf7Edx() {
 // AMX-BF16: the Intel CPUs where VDPBF16PS was measured at half the FMA rate (Sapphire Rapids).
 bool hasAmxBf16() {
 #ifdef KVSCOPE_KERNELS_X86
-    return (cpuidLeaf7Edx() >> 22 & 1u) != 0;
+    return (cpuidLeaf7Edx() & kAmxBf16Bit) != 0;
 #else
     return false;
 #endif
@@ -129,8 +130,8 @@ bool amxAgreesWithTheReference() {
 // AMX-TILE and AMX-BF16, and the kernel's permission for this process to use the tile registers
 // (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, Linux 5.16 on).
 bool amxGranted() {
-    const unsigned edx = cpuidLeaf7Edx();
-    if ((edx >> 22 & 1u) == 0 || (edx >> 24 & 1u) == 0) return false;
+    const unsigned amx = kAmxBf16Bit | kAmxTileBit;
+    if ((cpuidLeaf7Edx() & amx) != amx) return false;
     constexpr long kRequestPermission = 0x1023, kTileData = 18;
     return syscall(SYS_arch_prctl, kRequestPermission, kTileData) == 0;
 }
