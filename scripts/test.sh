@@ -46,8 +46,8 @@ if [ $# -eq 0 ]; then
   # the stage's 1,775 test-seconds at -O0 on an AVX2-only Zen 3) runs in dev and torch-pip only; the
   # parsers it feeds are fuzzed under ASan + UBSan below. So do the two `kvscope bench` tests, whose
   # bandwidth and compute probes (arrays of 4x the L3, best of 5) took 192 of the stage's 1,364
-  # test-seconds on a Zen 4, its two slowest tests; the other bench test runs here. Both keep the
-  # cold run under an hour. `scripts/test.sh asan` runs every suite the asan preset builds.
+  # test-seconds on a Zen 4, its two slowest tests; the other bench test runs here. Both cuts bring
+  # the cold run near the hour (README). `scripts/test.sh asan` runs every suite the asan preset builds.
   stage "building asan" "$root/scripts/setup.sh" asan
   stage "testing asan (core, experiments, cli but the malformed-input table and two bench runs)" \
     ctest --preset asan -j "$(nproc)" -L "core|experiments|cli" \
