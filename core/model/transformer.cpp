@@ -11,6 +11,7 @@
 #include "core/kernels/invariant_ops.h"
 #include "core/model/checkpoint.h"
 #include "core/util/error.h"
+#include "core/util/huge_pages.h"
 
 #include <torch/cuda.h>
 
@@ -175,6 +176,12 @@ Transformer Transformer::load(const std::string& dir, torch::ScalarType dtype, t
     Weights w;
     for (auto& [name, slot] : hfWeightSlots(c, w)) *slot = ck.read(name, dtype).to(device);
     w.lmHead = c.tieWordEmbeddings ? w.embed : ck.read("lm_head.weight", dtype).to(device);
+    if (device.is_cpu()) {  // decode streams every weight from memory: see util/huge_pages.h
+        std::vector<torch::Tensor*> slots;
+        for (auto& [name, slot] : hfWeightSlots(c, w)) slots.push_back(slot);
+        slots.push_back(&w.lmHead);
+        placeOnHugePages(slots);
+    }
     return Transformer(c, std::move(w), dtype, device, numerics);
 }
 
