@@ -128,7 +128,7 @@ void scaleByWeight(Isa isa, const float* x, float scale, const float* weight, fl
 // loop compiles to scalar code at -O2 and under-reads the machine). n: a multiple of 64.
 void triad(Isa isa, float* a, const float* b, const float* c, float s, int64_t n);  // a = b + s * c
 // Reads x once as `streams` sequential streams side by side (n: a multiple of 64 * streams), as a
-// decode step reads its weights (invariant_impl.h's kDecodeStreams).
+// decode step reads its weights (each path's kDecodeStreams).
 float readAll(Isa isa, const float* x, int64_t n, int64_t streams);
 // The arithmetic ceiling of a path, for `kvscope bench`: `rounds` rounds of independent steps on
 // values held in registers, as many chains as the path's linear tile keeps (no memory traffic), in

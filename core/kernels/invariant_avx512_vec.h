@@ -24,14 +24,16 @@ struct NativePairs {
 
 struct Avx512Vec {
     // 32 registers: a 4 x 4 tile holds 16 accumulators + 4 x rows + the weight rows being loaded. A
-    // decode row takes 4 fp32 weight rows at a time (2 and 8 measured the same: memory bound), and
-    // one bf16 row. Measured on a 2-core Sapphire Rapids VM, the linears of a bf16 decode step alone
-    // (24 layers + lm_head, 988 MB from memory, the kernels' pool with two streams a thread): 33.4-
-    // 33.9 ms with one row a tile against 37.8-38.4 with two and 40.5 with four; the layers' short
-    // rows gained most (gate+up 26 -> 30 GB/s, down_proj 22 -> 26). Two rows a tile read the weights
-    // as twice as many concurrent streams, more than the prefetchers keep up with. (An AMD Zen 4,
-    // before the pool and with one stream a thread, had streamed the lm_head faster with two.)
-    static constexpr int kRows = 4, kCols = 4, kDecodeCols = 4, kDecodePairCols = 1;
+    // decode row takes 4 weight rows at a time, in either order, as one run of tiles a thread. Why
+    // 4: a row's pair-order sum is one chain of dependent VDPBF16PS (28 for 896 inputs), whose
+    // latency one row at a time leaves memory idle. Measured on a 2-core Zen 4 VM, weights on 2 MiB
+    // pages (util/huge_pages.h), a throwaway loop over 400k rows of 896 bf16: one row a tile 23-25
+    // GB/s (one or two runs a thread), the same with its chain cut in 4 (not the order) 30-31, four
+    // rows a tile and one run 28-38 (two runs: 20); through kvscope, interleaved `kvscope bench`
+    // runs, a step's layer linears 26-34 GB/s (17 in one run of five) against 21-24 with one row
+    // and two runs. On 4 KiB pages neither choice was ahead (18-28 GB/s), and neither was one row against two and four on a
+    // Sapphire Rapids VM on 4 KiB pages (33.4-33.9 ms a step's linears with one row, two runs).
+    static constexpr int kRows = 4, kCols = 4, kDecodeCols = 4, kDecodePairCols = 4, kDecodeStreams = 1;
     static constexpr int kValueRows = 4;  // 16 attention chains + 4 value vectors + a broadcast
     // Many rows take panelLinear: 12 rows x 32 outputs of one lane in 24 registers, 2 weight vectors
     // and a broadcast, 14 loads per 24 FMAs. In the pair order without VDPBF16PS it ran at 253-277
@@ -102,10 +104,10 @@ struct Avx512Vec {
     float sum() const {
         const __m256 low = _mm512_castps512_ps256(v);
         const __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-        const __m256 s8 = _mm256_add_ps(low, high);                                             // l[j] + l[j+8]
+        const __m256 s8 = _mm256_add_ps(low, high);  // l[j] + l[j+8]
         const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));  // + 4
-        const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));                               // + 2
-        return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));                      // + 1
+        const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));  // + 2
+        return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));  // + 1
     }
     // out[i] = v[i].sum() for 16 vectors: sum()'s adds, each level on whole registers. 128-bit
     // blocks are named b0..b3.

@@ -9,7 +9,8 @@
 //   V::roundBf16(v) = v rounded to bf16 as c10::BFloat16 does, v.storeBf16(uint16_t*) its top halves,
 //   V::pow2(n) = 2^n for integral n in [-126, 127], V::zeroBelow(x, limit, y) = x < limit ? 0 : y,
 //   V::kRows x V::kCols: the tile of (rows x outputs) accumulators that fits its registers,
-//   V::kDecodeCols, V::kDecodePairCols: outputs per tile for a single row, in either order,
+//   V::kDecodeCols, V::kDecodePairCols: outputs per tile for a single row, in either order, and
+//   V::kDecodeStreams: how many runs of such tiles a thread reads side by side,
 //   V::kValueRows: how many queries' attention sums (4 chains each) fit its registers at once,
 //   V::kPanelFromRows: from how many rows linear runs as panelLinear (0: never), V::kPanelForPairs:
 //   whether the pair order does from 32 rows, with V::Wide (an output vector: kWidth, zero,
@@ -173,18 +174,14 @@ void dotTile(const XElement* const* x, const WElement* const* w, int64_t n, floa
 // whatever order the tiles run in.
 //
 // A single row (a decode step) reads each weight once, from memory: there the outputs are taken as
-// kDecodeStreams interleaved runs of tiles, so that each thread keeps that many sequential streams
-// in flight. One stream is held back by how many misses one core's prefetchers keep outstanding:
-// measured on a 2-core Sapphire Rapids VM, the 272 MB bf16 lm_head streamed at 23-24 GB/s with one,
-// 29 with two, 29 with four (the read probe, one stream per thread, 27).
-constexpr int64_t kDecodeStreams = 2;
-
+// V::kDecodeStreams interleaved runs of tiles, so that each thread keeps that many sequential streams
+// in flight (the instruction-set files say what each path measured best with).
 template <typename V, int R, int C, typename Steps, typename XElement, typename Element>
 void linearTiles(const XElement* x, int64_t rows, int64_t in, const Element* w, float* y, int64_t yStride, int64_t o0,
                  int64_t o1) {
     constexpr int64_t kRowBlock = 64;
     const int64_t tiles = (o1 - o0 + C - 1) / C;
-    const int64_t streams = rows == 1 ? smaller(kDecodeStreams, tiles) : 1;
+    const int64_t streams = rows == 1 ? smaller(V::kDecodeStreams, tiles) : 1;
     const int64_t tilesPerStream = (tiles + streams - 1) / streams;
     for (int64_t rb = 0; rb < rows; rb += kRowBlock) {
         const int64_t rowEnd = smaller(rows, rb + kRowBlock);

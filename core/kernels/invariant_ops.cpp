@@ -97,8 +97,11 @@ std::vector<torch::Tensor> linears(const torch::Tensor& x, const std::vector<Pro
     constexpr int64_t kWidenFromRows = 32, kWidenUpToInputs = 2048;
     const bool widen = !pairs && S >= kWidenFromRows && in <= kWidenUpToInputs && !widensWeightsItself(isa, S);
     // Threads take whole blocks of 64 output features, so a feature's sum never crosses threads;
-    // the blocks of every projection form one range, split in one parallel region.
-    constexpr int64_t kBlock = 64;
+    // the blocks of every projection form one range, split in one parallel region. A single row
+    // lets a thread done with its part take blocks from the end of the other's (kernel_threads.h):
+    // two threads streaming from memory do not finish together. Measured on a 2-core Zen 4 VM,
+    // decode steps alternating with and without it in one process: median step 5-9% shorter.
+    constexpr int64_t kBlock = 64, kStealBlocks = 1;
     std::vector<torch::Tensor> weights, biases, sums, outputs;
     std::vector<int64_t> firstBlock = {0};                                                 // per projection
     for (const Projection& p : projections) {
@@ -110,7 +113,7 @@ std::vector<torch::Tensor> linears(const torch::Tensor& x, const std::vector<Pro
         outputs.push_back(finished ? torch::empty({S, p.weight.size(0)}, outType) : sums.back());  // [S, out]
         firstBlock.push_back(firstBlock.back() + (p.weight.size(0) + kBlock - 1) / kBlock);
     }
-    parallel(firstBlock.back(), 1, [&](int64_t begin, int64_t end) {
+    auto computeBlocks = [&](int64_t begin, int64_t end) {
         for (std::size_t m = 0; m < weights.size(); ++m) {
             const int64_t from = std::max(begin, firstBlock[m]), to = std::min(end, firstBlock[m + 1]);
             if (from >= to) continue;
@@ -128,7 +131,8 @@ std::vector<torch::Tensor> linears(const torch::Tensor& x, const std::vector<Pro
                 kernels::linear(isa, xs.data_ptr<float>(), S, in, w.data_ptr<float>(), yp, out, o0, o1);
             if (!outputs[m].is_same(sums[m])) finish(sums[m], biases[m], outputs[m], o0, o1, isa);
         }
-    });
+    };
+    parallel(firstBlock.back(), 1, computeBlocks, S == 1 ? kStealBlocks : 0);
     return outputs;
 }
 

@@ -14,9 +14,10 @@
 // does; the kernels split only along outputs, so the part boundaries never change a bit. Where the
 // caller asks for it, a thread done with its part takes what is left of another's, from its far end:
 // attention in a prefill, whose later queries see more keys (the second half of the (query, head)
-// pairs is ~3x the work of the first; 512-token prefill 204-208 -> 213-217 tok/s in bf16). Decode
-// steps' linears measured no faster for it (two threads that share the memory bandwidth lose little
-// when one ends first), and stealing cuts their weight streams short.
+// pairs is ~3x the work of the first; 512-token prefill 204-208 -> 213-217 tok/s in bf16), and a
+// decode step's linears, whose two halves stream from memory at rates that differ from call to call
+// (invariant_ops.cpp has the figures; on a Sapphire Rapids with two streams a thread they had
+// measured no faster for it).
 #include <cstdint>
 #include <functional>
 
