@@ -38,19 +38,22 @@ nlohmann::json orNull(const std::string& s) { return s.empty() ? nlohmann::json(
 nlohmann::json reportToJson(const BenchReport& r) {
     nlohmann::json rows = nlohmann::json::array(), kernelRows = nlohmann::json::array();
     for (const auto& row : r.rows)
-        rows.push_back({{"dtype", row.dtype},
-                        {"kernels", row.kernels},
-                        {"prefill_tokens_per_s", row.prefillTokensPerSecond},
-                        {"decode_tokens_per_s", row.decodeTokensPerSecond},
-                        {"decode_mv_tokens_per_s", row.decodeMatrixVectorTokensPerSecond},
-                        {"rebuild_tokens_per_s", row.rebuildTokensPerSecond},
-                        {"prefill_over_rebuild", row.prefillTokensPerSecond / row.rebuildTokensPerSecond},
-                        {"weight_bytes_per_token", row.weightBytesPerToken},
-                        {"bandwidth_bound_tokens_per_s", row.boundTokensPerSecond},
-                        {"decode_fraction_of_bound", row.decodeTokensPerSecond / row.boundTokensPerSecond},
-                        {"decode_step_ms", 1e3 * row.decodeStepSeconds()},
-                        {"decode_linears_ms", 1e3 * row.decodeLinearsSecondsPerStep},
-                        {"decode_linears_gb_per_s", row.decodeLinearsBytesPerSecond() / 1e9}});
+        rows.push_back(
+            {{"dtype", row.dtype},
+             {"kernels", row.kernels},
+             {"prefill_tokens_per_s", row.prefillTokensPerSecond},
+             {"decode_tokens_per_s", row.decodeTokensPerSecond},
+             {"decode_mv_tokens_per_s", row.decodeMatrixVectorTokensPerSecond},
+             {"rebuild_tokens_per_s", row.rebuildTokensPerSecond},
+             {"prefill_over_rebuild", row.prefillTokensPerSecond / row.rebuildTokensPerSecond},
+             {"weight_bytes_per_token", row.weightBytesPerToken},
+             {"weight_bytes_on_huge_pages",
+              row.weightBytesOnHugePages >= 0 ? nlohmann::json(row.weightBytesOnHugePages) : nlohmann::json(nullptr)},
+             {"bandwidth_bound_tokens_per_s", row.boundTokensPerSecond},
+             {"decode_fraction_of_bound", row.decodeTokensPerSecond / row.boundTokensPerSecond},
+             {"decode_step_ms", 1e3 * row.decodeStepSeconds()},
+             {"decode_linears_ms", 1e3 * row.decodeLinearsSecondsPerStep},
+             {"decode_linears_gb_per_s", row.decodeLinearsBytesPerSecond() / 1e9}});
     for (const auto& k : r.kernelRows) {
         const std::optional<double> fraction = fractionOfPeak(r, k);
         kernelRows.push_back({{"dtype", k.dtype},
@@ -76,7 +79,10 @@ nlohmann::json reportToJson(const BenchReport& r) {
             {"read_bandwidth_gb_per_s", r.readBandwidthBytesPerSecond / 1e9},
             {"triad_bandwidth_gb_per_s", r.triadBandwidthBytesPerSecond / 1e9},
             {"bound_bandwidth_gb_per_s", r.boundBandwidthBytesPerSecond / 1e9},
+            {"bandwidth_passes", r.bandwidthPasses},
+            {"read_bandwidth_median_gb_per_s", r.readBandwidthMedianBytesPerSecond / 1e9},
             {"bandwidth_array_mib", static_cast<double>(r.bandwidthArrayBytes >> 20)},
+            {"transparent_hugepages", r.transparentHugePages},
             {"last_level_cache_mib", static_cast<double>(r.lastLevelCacheBytes) / (1 << 20)},
             {"peak_pair_order_gflop_per_s", r.pairFlopsPerSecond / 1e9},
             {"peak_lane_order_gflop_per_s", r.laneFlopsPerSecond / 1e9},
@@ -100,15 +106,18 @@ void printReport(const BenchReport& r) {
         r.modelDir.c_str(), r.libtorch.c_str(), r.cpuFeatures.c_str(), oneDnnLine(r.torchOneDnn).c_str(),
         r.kernelPath.c_str(), prefillPath.c_str(), r.threads);
     std::printf(
-        "bandwidth: read %.1f GB/s (1, 2 or 4 streams a thread), triad %.1f GB/s (vectorised, %d threads, best of 5); "
-        "bound: %.1f GB/s\n",
-        r.readBandwidthBytesPerSecond / 1e9, r.triadBandwidthBytesPerSecond / 1e9, r.threads,
-        r.boundBandwidthBytesPerSecond / 1e9);
+        "bandwidth: read %.1f GB/s (1, 2 or 4 streams a thread; the median pass %.1f), triad %.1f GB/s (vectorised, %d "
+        "threads, best of %d passes: %d first, %d before each row and at the end); bound: %.1f GB/s\n",
+        r.readBandwidthBytesPerSecond / 1e9, r.readBandwidthMedianBytesPerSecond / 1e9,
+        r.triadBandwidthBytesPerSecond / 1e9, r.threads, r.bandwidthPasses, kFirstBandwidthPasses,
+        kLaterBandwidthPasses, r.boundBandwidthBytesPerSecond / 1e9);
     std::printf(
         "bandwidth arrays: %zu MiB each (STREAM's rule: 4x the last-level cache, %s; 256 MiB to 1/8 of memory)\n",
         r.bandwidthArrayBytes >> 20,
         r.lastLevelCacheBytes > 0 ? (std::to_string(r.lastLevelCacheBytes >> 20) + " MiB here").c_str()
                                   : "unknown here");
+    std::printf("pages: transparent huge pages '%s'; the weights and the probe arrays alike advised onto 2 MiB pages\n",
+                r.transparentHugePages.c_str());
     std::printf(
         "compute: pair order %.1f GFLOP/s, 16-lane order %.1f GFLOP/s (the invariant kernels' multiply-adds from "
         "registers, %d threads, best of 3)\n\n",
@@ -128,6 +137,16 @@ void printReport(const BenchReport& r) {
     std::printf(
         "\ndecode mv: torch kernels with --decode-kernel mv, same run. rebuild: the prompt's first ids fed one\n"
         "forward per token (how audit and bridge rebuild torch-kernel trajectories); pf/rebld = prefill over it.\n");
+    std::string onHugePages;  // one figure per dtype: its kernel rows share the loaded weights
+    for (std::size_t i = 0; i < r.rows.size(); ++i) {
+        const BenchRow& row = r.rows[i];
+        if (i > 0 && r.rows[i - 1].dtype == row.dtype) continue;
+        onHugePages += (onHugePages.empty() ? "" : ", ") + row.dtype + " " +
+                       (row.weightBytesOnHugePages < 0 ? std::string("unknown")
+                                                       : std::to_string(row.weightBytesOnHugePages / 1000000) + " MB") +
+                       " (weights " + std::to_string(static_cast<int64_t>(row.weightBytesPerToken / 1e6)) + " MB)";
+    }
+    std::printf("memory on 2 MiB pages grown by loading the model: %s.\n", onHugePages.c_str());
     std::printf("\n%-5s %-15s %12s %12s %12s %12s\n", "dtype", "kernels", "step ms", "linears ms", "linears GB/s",
                 "rest ms");
     for (const auto& row : r.rows) {

@@ -5,6 +5,7 @@
 #include "core/kernels/invariant_ops.h"
 #include "core/model/random_checkpoint.h"
 #include "core/model/transformer.h"
+#include "core/util/huge_pages.h"
 #include "core/util/version.h"
 
 #include <ATen/Parallel.h>
@@ -13,7 +14,9 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
+#include <new>
 #include <thread>
 
 #include <unistd.h>
@@ -125,14 +128,13 @@ void onSlices(int64_t n, int threads, const Body& body) {
 }
 
 BenchRow measureRow(const Transformer& model, const std::vector<int64_t>& prompt, const BenchOptions& o,
-                    double boundBytesPerSecond, const std::function<void(const std::string&)>& log) {
+                    const std::function<void(const std::string&)>& log) {
     Generator gen(model);
     BenchRow row;
     row.dtype = dtypeName(model.dtype());
     row.kernels = kernelsName(model.numerics().kernels);
     const std::string label = row.dtype + ", " + row.kernels + " kernels";
     row.weightBytesPerToken = weightBytesPerDecodeStep(model);
-    row.boundTokensPerSecond = boundBytesPerSecond / row.weightBytesPerToken;
     {  // warm-up: first-touch allocation and kernel selection
         KvCache warm = model.newCache(64);
         const int64_t n = std::min<int64_t>(16, static_cast<int64_t>(prompt.size()));
@@ -255,9 +257,18 @@ Bandwidth measureBandwidth(std::size_t bytesPerArray, int passes) {
     const int64_t n = static_cast<int64_t>(bytesPerArray / sizeof(float)) / 256 * 256;
     const int threads = std::max(1, at::get_num_threads());
     const kernels::Isa isa = kernels::bestIsa();
-    std::unique_ptr<float[]> a(new float[n]), b(new float[n]), c(new float[n]);
+    // On the pages the weights get (Transformer::load): on 4 KiB pages the same reads ran ~45%
+    // slower on a Zen 4 VM (util/huge_pages.h), which would put the bound under a decode step.
+    const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
+    auto block = [bytes] {
+        auto* p = static_cast<float*>(allocateHugePageBlock(bytes));
+        if (!p) throw std::bad_alloc();
+        return std::unique_ptr<float, std::function<void(float*)>>(p,
+                                                                   [bytes](float* q) { freeHugePageBlock(q, bytes); });
+    };
+    const auto a = block(), b = block(), c = block();
     onSlices(n, threads, [&](int, int64_t lo, int64_t hi) {  // first touch from the thread that will stream it
-        for (int64_t i = lo; i < hi; ++i) a[i] = 0.f, b[i] = 1.f, c[i] = 2.f;
+        for (int64_t i = lo; i < hi; ++i) a.get()[i] = 0.f, b.get()[i] = 1.f, c.get()[i] = 2.f;
     });
     Bandwidth best;
     std::vector<float> sinks(static_cast<std::size_t>(threads));
@@ -267,15 +278,18 @@ Bandwidth measureBandwidth(std::size_t bytesPerArray, int passes) {
             kernels::triad(isa, a.get() + lo, b.get() + lo, c.get() + lo, 3.0f, hi - lo);
         });
         best.triad = std::max(best.triad, 3.0 * static_cast<double>(n) * sizeof(float) / secondsSince(t0));
-        for (const int64_t streams : {1, 2, 4}) {  // a decode step reads 2 per thread (kernels' kDecodeStreams)
+        double read = 0;
+        for (const int64_t streams : {1, 2, 4}) {  // a decode step reads 1 or 2 per thread (each path's kDecodeStreams)
             t0 = Clock::now();
             onSlices(n, threads, [&](int t, int64_t lo, int64_t hi) {
                 sinks[static_cast<std::size_t>(t)] = kernels::readAll(isa, b.get() + lo, hi - lo, streams);
             });
-            best.read = std::max(best.read, static_cast<double>(n) * sizeof(float) / secondsSince(t0));
+            read = std::max(read, static_cast<double>(n) * sizeof(float) / secondsSince(t0));
         }
+        best.read = std::max(best.read, read);
+        best.readPasses.push_back(read);
     }
-    volatile float sink = a[n / 2] + sinks[0];  // keep the stores and sums observable
+    volatile float sink = a.get()[n / 2] + sinks[0];  // keep the stores and sums observable
     (void)sink;
     return best;
 }
@@ -318,19 +332,34 @@ BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const s
     report.torchOneDnn = torchOneDnnIsa();
     report.lastLevelCacheBytes = lastLevelCacheBytes();
     report.bandwidthArrayBytes = streamArrayBytes(report.lastLevelCacheBytes, physicalMemoryBytes());
+    report.transparentHugePages = transparentHugePagesMode();
+    // The bound is the best pass over the whole run, probed again before each row and at the end: a
+    // VM's bandwidth moves within minutes, and a bound probed only at the start (33.8 GB/s, on a Zen 4
+    // VM) read under a later row's decode (fp32 at 108% of it, its linears alone at 42.4 GB/s).
+    std::vector<double> readPasses;
+    auto probeBandwidth = [&](int passes) {
+        const Bandwidth b = measureBandwidth(report.bandwidthArrayBytes, passes);
+        report.readBandwidthBytesPerSecond = std::max(report.readBandwidthBytesPerSecond, b.read);
+        report.triadBandwidthBytesPerSecond = std::max(report.triadBandwidthBytesPerSecond, b.triad);
+        report.boundBandwidthBytesPerSecond =
+            std::max(report.readBandwidthBytesPerSecond, report.triadBandwidthBytesPerSecond);
+        report.bandwidthPasses += passes;
+        readPasses.insert(readPasses.end(), b.readPasses.begin(), b.readPasses.end());
+    };
     log("measuring memory bandwidth (read and triad, " + std::to_string(report.threads) + " threads, arrays of " +
         std::to_string(report.bandwidthArrayBytes >> 20) + " MiB)");
-    const Bandwidth bandwidth = measureBandwidth(report.bandwidthArrayBytes);
-    report.readBandwidthBytesPerSecond = bandwidth.read;
-    report.triadBandwidthBytesPerSecond = bandwidth.triad;
-    report.boundBandwidthBytesPerSecond = std::max(bandwidth.read, bandwidth.triad);
+    probeBandwidth(kFirstBandwidthPasses);
     log("measuring the invariant kernels' multiply-add rate (" + report.kernelPath + " path)");
     report.pairFlopsPerSecond = measureMultiplyAdds(true);
     report.laneFlopsPerSecond = measureMultiplyAdds(false);
 
     for (const auto dtype : o.dtypes) {
         log("loading the model in " + dtypeName(dtype));
+        const int64_t hugeBefore = hugePageBytesInUse();
         const Transformer loaded = Transformer::load(report.modelDir, dtype, o.device);
+        const int64_t hugeAfter = hugePageBytesInUse();
+        const int64_t weightsOnHugePages =
+            hugeBefore >= 0 && hugeAfter >= 0 ? std::max<int64_t>(0, hugeAfter - hugeBefore) : -1;
         // Spread over the vocabulary, like text (the values do not change the work a forward does).
         std::vector<int64_t> prompt;
         const int64_t vocab = loaded.config().vocabSize;
@@ -339,13 +368,24 @@ BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const s
             Numerics numerics;
             numerics.kernels = k;  // the same weight tensors under each kernel choice
             const Transformer model(loaded.config(), loaded.weights(), dtype, o.device, numerics);
-            report.rows.push_back(measureRow(model, prompt, o, report.boundBandwidthBytesPerSecond, log));
+            log("measuring memory bandwidth again (" + std::to_string(kLaterBandwidthPasses) + " passes)");
+            probeBandwidth(kLaterBandwidthPasses);
+            report.rows.push_back(measureRow(model, prompt, o, log));
+            report.rows.back().weightBytesOnHugePages = weightsOnHugePages;
             if (o.kernelFigures) {
                 log("kernel figures (" + dtypeName(dtype) + ", " + kernelsName(k) + ")");
                 for (const auto& row : measureKernels(model, o.promptTokens)) report.kernelRows.push_back(row);
             }
         }
     }
+    log("measuring memory bandwidth a last time (" + std::to_string(kLaterBandwidthPasses) + " passes)");
+    probeBandwidth(kLaterBandwidthPasses);
+    std::sort(readPasses.begin(), readPasses.end());
+    const std::size_t half = readPasses.size() / 2;
+    report.readBandwidthMedianBytesPerSecond =
+        readPasses.size() % 2 ? readPasses[half] : (readPasses[half - 1] + readPasses[half]) / 2;
+    for (BenchRow& row : report.rows)
+        row.boundTokensPerSecond = report.boundBandwidthBytesPerSecond / row.weightBytesPerToken;
     return report;
 }
 

@@ -39,6 +39,9 @@ struct BenchRow {
     double rebuildTokensPerSecond = 0;   // the prompt's first ids fed one forward per token
     double weightBytesPerToken = 0;      // bytes of weights one decode step must read
     double boundTokensPerSecond = 0;     // bandwidth / weightBytesPerToken
+    // How much of the weights the kernel put on 2 MiB pages (the process's AnonHugePages grown by the
+    // load, util/huge_pages.h); -1 where the kernel does not say.
+    int64_t weightBytesOnHugePages = -1;
 };
 
 // One linear layer's shape of the model, timed alone: rows = 1 is a decode step (reported as weight
@@ -58,11 +61,20 @@ struct BenchReport {
     std::string kernelPath;              // the invariant kernels' instruction set here
     std::string prefillPairPath;         // theirs for a bf16 prefill's linears (kernels::pairsPathForRows)
     OneDnnIsa torchOneDnn;               // what torch kernels' bf16 products run on (AMX or not)
+    // Best of every pass of the run (kFirstBandwidthPasses first, kLaterBandwidthPasses before each
+    // row and at the end), so that the bound is a ceiling over the time the rows ran in.
     double readBandwidthBytesPerSecond = 0;   // vectorised read of one large array, best of passes and streams
     double triadBandwidthBytesPerSecond = 0;  // STREAM triad, best of passes
     double boundBandwidthBytesPerSecond = 0;  // the larger: what a decode step can at best stream
+    int bandwidthPasses = 0;
+    // The median pass's read: how far the best pass stands above what the memory usually gave (on a
+    // VM, bursts of a few milliseconds read far above it).
+    double readBandwidthMedianBytesPerSecond = 0;
     std::size_t lastLevelCacheBytes = 0;      // 0 where the system does not say
     std::size_t bandwidthArrayBytes = 0;      // each probe array (streamArrayBytes)
+    // The kernel's transparent huge page mode: the weights and the probe arrays are advised onto
+    // 2 MiB pages alike, so the bound reads memory as a decode step does.
+    std::string transparentHugePages;
     // The invariant kernels' arithmetic ceiling here (FLOP = 2 per multiply-add), in each order: what
     // bounds a prefill's linears (measureMultiplyAdds).
     double pairFlopsPerSecond = 0, laneFlopsPerSecond = 0;
@@ -72,7 +84,8 @@ struct BenchReport {
 };
 
 struct Bandwidth {
-    double read = 0, triad = 0;  // bytes per second
+    double read = 0, triad = 0;       // bytes per second, the best pass
+    std::vector<double> readPasses;   // each pass's read (the best of its stream counts)
 };
 // The size of each bandwidth probe array, by STREAM's rule: at least 4 times the last-level cache,
 // so that no pass can be served from it (at least 256 MiB; at most an eighth of the memory, for the
@@ -90,6 +103,7 @@ std::size_t physicalMemoryBytes();
 // thread as 1, 2 and 4 sequential streams side by side (the best of them: one stream per core
 // under-reads a machine whose prefetchers keep few misses in flight per stream).
 Bandwidth measureBandwidth(std::size_t bytesPerArray, int passes = 5);
+constexpr int kFirstBandwidthPasses = 5, kLaterBandwidthPasses = 2;
 
 // The invariant kernels' multiply-adds per second from registers, on as many threads as libtorch
 // computes with, in the pair order or the 16-lane order; best of `passes`, FLOP per second.

@@ -2,6 +2,7 @@
 // End to end through the real `kvscope` executable.
 #include "core/bench/benchmark.h"
 #include "core/kernels/invariant.h"
+#include "core/util/huge_pages.h"
 #include "core/util/version.h"
 #include "support/test_support.h"
 
@@ -71,8 +72,21 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
     EXPECT_EQ(j["bandwidth_array_mib"].get<double>(),
               static_cast<double>(streamArrayBytes(lastLevelCacheBytes(), physicalMemoryBytes()) >> 20));
     EXPECT_EQ(j["last_level_cache_mib"].get<double>(), static_cast<double>(lastLevelCacheBytes()) / (1 << 20));
+    EXPECT_EQ(j["transparent_hugepages"], transparentHugePagesMode());
     ASSERT_EQ(j["rows"].size(), 4u);  // fp32, bf16 x torch, invariant
+    // Probed first, before each row and at the end: the bound covers the time every row ran in.
+    EXPECT_EQ(j["bandwidth_passes"], kFirstBandwidthPasses + 5 * kLaterBandwidthPasses);
+    EXPECT_GT(j["read_bandwidth_median_gb_per_s"].get<double>(), 0.0);
+    EXPECT_LE(j["read_bandwidth_median_gb_per_s"].get<double>(), j["read_bandwidth_gb_per_s"].get<double>());
     for (const auto& row : j["rows"]) {
+        // The tiny model's weights may fit pages the process had on 2 MiB already: a count, not a size.
+        const auto& onHugePages = row["weight_bytes_on_huge_pages"];
+        EXPECT_TRUE(onHugePages.is_null() ? hugePageBytesInUse() < 0 : onHugePages.get<int64_t>() >= 0) << row.dump();
+        // Every row against the run's final bound, not the one known when it was measured.
+        EXPECT_NEAR(row["bandwidth_bound_tokens_per_s"].get<double>(),
+                    j["bound_bandwidth_gb_per_s"].get<double>() * 1e9 / row["weight_bytes_per_token"].get<double>(),
+                    1e-9 * row["bandwidth_bound_tokens_per_s"].get<double>())
+            << row.dump();
         for (const char* key : {"prefill_tokens_per_s", "decode_tokens_per_s", "rebuild_tokens_per_s",
                                 "bandwidth_bound_tokens_per_s", "decode_fraction_of_bound", "prefill_over_rebuild",
                                 "decode_step_ms", "decode_linears_ms", "decode_linears_gb_per_s"})
