@@ -17,7 +17,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <mutex>
+#include <numeric>
 
 namespace kvscope {
 
@@ -174,14 +176,24 @@ Transformer Transformer::load(const std::string& dir, torch::ScalarType dtype, t
 
     const ModelConfig& c = ck.config();
     Weights w;
-    for (auto& [name, slot] : hfWeightSlots(c, w)) *slot = ck.read(name, dtype).to(device);
-    w.lmHead = c.tieWordEmbeddings ? w.embed : ck.read("lm_head.weight", dtype).to(device);
-    if (device.is_cpu()) {  // decode streams every weight from memory: see util/huge_pages.h
-        std::vector<torch::Tensor*> slots;
-        for (auto& [name, slot] : hfWeightSlots(c, w)) slots.push_back(slot);
-        slots.push_back(&w.lmHead);
-        placeOnHugePages(slots);
-    }
+    const auto slots = hfWeightSlots(c, w);
+    // On the CPU every weight goes into one block on 2 MiB pages, as soon as it is read (decode
+    // streams them all from memory: util/huge_pages.h); each one read is freed before the next.
+    std::size_t bytes = 0;
+    auto footprint = [&](const std::string& name) {
+        const auto& shape = ck.entry(name).shape;
+        const int64_t numel = std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+        return HugePageArena::footprint(numel, dtype);
+    };
+    for (const auto& [name, slot] : slots) bytes += footprint(name);
+    if (!c.tieWordEmbeddings) bytes += footprint("lm_head.weight");
+    HugePageArena arena(device.is_cpu() ? bytes : 0);
+    auto read = [&](const std::string& name) {
+        const torch::Tensor t = ck.read(name, dtype);
+        return device.is_cpu() ? arena.place(t) : t.to(device);
+    };
+    for (const auto& [name, slot] : slots) *slot = read(name);
+    w.lmHead = c.tieWordEmbeddings ? w.embed : read("lm_head.weight");
     return Transformer(c, std::move(w), dtype, device, numerics);
 }
 

@@ -1,17 +1,11 @@
 // SPDX-License-Identifier: MIT
 #include "core/util/huge_pages.h"
 
-#include "core/util/error.h"
-
 #include <sys/mman.h>
 
-#include <cerrno>
-#include <cstring>
 #include <cstdint>
 #include <fstream>
 #include <limits>
-#include <map>
-#include <memory>
 
 namespace kvscope {
 namespace {
@@ -24,6 +18,7 @@ std::size_t roundUp(std::size_t n, std::size_t to) { return (n + to - 1) / to * 
 }  // namespace
 
 void* allocateHugePageBlock(std::size_t bytes) {
+    if (bytes == 0) return nullptr;
     const std::size_t size = roundUp(bytes, kHugePage);
     // mmap gives 4 KiB alignment; map one huge page more and unmap the ends to get 2 MiB.
     void* mapped = ::mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -43,35 +38,27 @@ void freeHugePageBlock(void* block, std::size_t bytes) {
     if (block) ::munmap(block, roundUp(bytes, kHugePage));
 }
 
-void placeOnHugePages(const std::vector<torch::Tensor*>& slots) {
-    // One copy per distinct tensor, however many slots share it.
-    std::map<const c10::TensorImpl*, std::size_t> offsetOf;
-    std::size_t bytes = 0;
-    for (torch::Tensor* slot : slots) {
-        if (!slot->defined()) continue;
-        if (!slot->device().is_cpu())
-            throw UsageError("placeOnHugePages(): tensors must be on the CPU (got " + slot->device().str() + ")");
-        if (offsetOf.emplace(slot->unsafeGetTensorImpl(), bytes).second)
-            bytes = roundUp(bytes + slot->numel() * slot->element_size(), kAlignment);
+HugePageArena::HugePageArena(std::size_t bytes) {
+    if (void* p = allocateHugePageBlock(bytes)) {
+        block_ = std::shared_ptr<void>(p, [bytes](void* q) { freeHugePageBlock(q, bytes); });
+        size_ = bytes;
     }
-    if (bytes == 0) return;
-    void* block = allocateHugePageBlock(bytes);
-    if (!block) return;  // out of address space: the weights stay where they are, same values
-    // The block lives while any tensor in it does.
-    const auto owner = std::shared_ptr<void>(block, [bytes](void* p) { freeHugePageBlock(p, bytes); });
-    std::map<const c10::TensorImpl*, torch::Tensor> moved;
-    for (torch::Tensor* slot : slots) {
-        if (!slot->defined()) continue;
-        const c10::TensorImpl* original = slot->unsafeGetTensorImpl();
-        auto it = moved.find(original);
-        if (it == moved.end()) {
-            auto* data = static_cast<char*>(block) + offsetOf.at(original);
-            torch::Tensor copy = torch::from_blob(data, slot->sizes(), [owner](void*) {}, slot->options());
-            copy.copy_(*slot);
-            it = moved.emplace(original, copy).first;
-        }
-        *slot = it->second;  // the original goes when its last slot does
-    }
+}
+
+std::size_t HugePageArena::footprint(int64_t numel, torch::ScalarType dtype) {
+    return roundUp(static_cast<std::size_t>(numel) * c10::elementSize(dtype), kAlignment);
+}
+
+torch::Tensor HugePageArena::place(const torch::Tensor& t) {
+    const std::size_t bytes = footprint(t.numel(), t.scalar_type());
+    if (!block_ || used_ + bytes > size_) return t.clone(torch::MemoryFormat::Contiguous);
+    void* data = static_cast<char*>(block_.get()) + used_;
+    used_ += bytes;
+    const std::shared_ptr<void> owner = block_;  // each tensor in the block keeps it mapped
+    torch::Tensor copy =
+        torch::from_blob(data, t.sizes(), [owner](void*) {}, torch::TensorOptions().dtype(t.scalar_type()));
+    copy.copy_(t);
+    return copy;
 }
 
 std::string transparentHugePagesMode() {

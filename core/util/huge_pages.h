@@ -12,17 +12,32 @@
 // runs, against 16.8-25.5 before. Same values, same bits: only where the weights lie changes.
 #include <torch/torch.h>
 
+#include <cstddef>
+#include <memory>
 #include <string>
-#include <vector>
 
 namespace kvscope {
 
-// Moves the tensors into one block of memory advised MADV_HUGEPAGE and aligned to 2 MiB, each
-// tensor's copy 64-byte aligned. Same values, same shapes and dtypes, contiguous; a tensor that
-// several slots share (tied embeddings) stays shared. Each original is released once copied (the
-// block's pages are touched only as copies land in it), so the weights are not held twice over. CPU tensors only;
-// undefined slots are left alone. Without THP (or mmap) the block is ordinary memory.
-void placeOnHugePages(const std::vector<torch::Tensor*>& slots);
+// One block of memory, 2 MiB aligned and advised MADV_HUGEPAGE, that tensors are copied into one
+// after another. Transformer::load reads each weight and places it here before reading the next, so
+// that the process never holds a second copy of the weights (only the one being read).
+class HugePageArena {
+public:
+    explicit HugePageArena(std::size_t bytes);  // bytes: the sum of footprint() of what will be placed
+
+    // What a tensor of n elements of `dtype` takes in the block (each copy starts 64-byte aligned).
+    static std::size_t footprint(int64_t numel, torch::ScalarType dtype);
+
+    // A contiguous copy of t (a CPU tensor) in the block, which lives as long as any tensor in it.
+    // Where the block is full or could not be mapped: a plain contiguous copy, the same values.
+    torch::Tensor place(const torch::Tensor& t);
+
+    void* block() const { return block_.get(); }  // null where mmap failed or bytes was 0
+
+private:
+    std::shared_ptr<void> block_;
+    std::size_t size_ = 0, used_ = 0;
+};
 
 // The kernel's THP mode: "always", "madvise", "never", or "unavailable" (no such file).
 std::string transparentHugePagesMode();

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// placeOnHugePages (core/util/huge_pages.h): the weights move into one block advised onto 2 MiB
-// pages, with the same values, and a model loaded from disk gets them there.
+// HugePageArena (core/util/huge_pages.h): copies with the same values in one block advised onto
+// 2 MiB pages, and a model loaded from disk gets its weights there.
 #include "core/model/transformer.h"
 #include "core/util/huge_pages.h"
 #include "support/test_support.h"
@@ -37,57 +37,72 @@ std::string mappingFlags(const void* p) {
 // mapping "hg" in smaps.
 bool kernelHasThp() { return transparentHugePagesMode() != "unavailable"; }
 
-TEST(HugePages, TensorsMoveWithTheirValuesAndTiedSlotsStayShared) {
+TEST(HugePages, CopiesKeepTheirValuesAndLieOneAfterAnotherInTheAdvisedBlock) {
     torch::manual_seed(3);
-    torch::Tensor big = torch::randn({1000, 700}).to(torch::kBFloat16);  // 1.4 MB: spans the block's first page
-    torch::Tensor small = torch::randn({13});                             // odd size: the next copy realigns
-    torch::Tensor tied = big;
-    torch::Tensor unset;
-    const torch::Tensor bigBefore = big.clone(), smallBefore = small.clone();
-    const torch::Tensor heldElsewhere = small;  // another owner of an original keeps it as it was
+    const torch::Tensor big = torch::randn({1000, 700}).to(torch::kBFloat16);  // 1.4 MB
+    const torch::Tensor small = torch::randn({13});  // odd size: the next copy realigns
+    const torch::Tensor strided = torch::randn({6, 4}).t();
+    HugePageArena arena(HugePageArena::footprint(big.numel(), torch::kBFloat16) +
+                        HugePageArena::footprint(small.numel(), torch::kFloat32) +
+                        HugePageArena::footprint(strided.numel(), torch::kFloat32));
+    ASSERT_NE(arena.block(), nullptr);
+    const torch::Tensor a = arena.place(big), b = arena.place(small), c = arena.place(strided);
 
-    placeOnHugePages({&big, &small, &tied, &unset});
-
-    EXPECT_TRUE(torch::equal(big, bigBefore));
-    EXPECT_TRUE(torch::equal(small, smallBefore));
-    EXPECT_EQ(big.scalar_type(), torch::kBFloat16);
-    EXPECT_EQ(small.sizes(), smallBefore.sizes());
-    EXPECT_TRUE(big.is_contiguous() && small.is_contiguous());
-    EXPECT_FALSE(unset.defined());
-    EXPECT_TRUE(tied.is_same(big)) << "tied slots must stay one tensor";
-    EXPECT_NE(small.data_ptr(), heldElsewhere.data_ptr());
-    EXPECT_TRUE(torch::equal(heldElsewhere, smallBefore));
-    // One block, 2 MiB aligned, each copy on a 64-byte boundary after the one before.
-    const auto first = reinterpret_cast<std::uintptr_t>(big.data_ptr());
-    const auto second = reinterpret_cast<std::uintptr_t>(small.data_ptr());
+    EXPECT_TRUE(torch::equal(a, big));
+    EXPECT_TRUE(torch::equal(b, small));
+    EXPECT_TRUE(torch::equal(c, strided));
+    EXPECT_EQ(a.scalar_type(), torch::kBFloat16);
+    EXPECT_TRUE(a.is_contiguous() && b.is_contiguous() && c.is_contiguous());
+    EXPECT_NE(b.data_ptr(), small.data_ptr());
+    const auto first = reinterpret_cast<std::uintptr_t>(a.data_ptr());
+    EXPECT_EQ(first, reinterpret_cast<std::uintptr_t>(arena.block()));
     EXPECT_EQ(first % (std::uintptr_t{2} << 20), 0u);
-    EXPECT_EQ(second, first + (1000 * 700 * 2 + 63) / 64 * 64);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.data_ptr()), first + (1000 * 700 * 2 + 63) / 64 * 64);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(c.data_ptr()) % 64, 0u);
     if (kernelHasThp()) {
-        EXPECT_NE(mappingFlags(big.data_ptr()).find(" hg"), std::string::npos) << mappingFlags(big.data_ptr());
+        EXPECT_NE(mappingFlags(a.data_ptr()).find(" hg"), std::string::npos) << mappingFlags(a.data_ptr());
     }
 }
 
+TEST(HugePages, AFullArenaStillGivesACopy) {
+    const torch::Tensor x = torch::arange(100, torch::kFloat32);
+    HugePageArena arena(HugePageArena::footprint(x.numel(), torch::kFloat32));
+    const torch::Tensor inside = arena.place(x), outside = arena.place(x * 2);
+    EXPECT_EQ(inside.data_ptr(), arena.block());
+    EXPECT_TRUE(torch::equal(outside, x * 2));
+    EXPECT_NE(outside.data_ptr(), arena.block());
+    HugePageArena none(0);
+    EXPECT_EQ(none.block(), nullptr);
+    EXPECT_TRUE(torch::equal(none.place(x), x));
+}
+
 TEST(HugePages, TheBlockLivesWhileAnyTensorInItDoes) {
-    torch::Tensor a = torch::full({300000}, 1.5f), b = torch::full({5}, 2.5f);
-    placeOnHugePages({&a, &b});
-    torch::Tensor kept = b;
-    a = torch::Tensor();
-    b = torch::Tensor();
-    EXPECT_TRUE(torch::equal(kept, torch::full({5}, 2.5f)));  // a freed block would fault or read zeros
+    torch::Tensor kept;
+    {
+        HugePageArena arena(HugePageArena::footprint(300000, torch::kFloat32) +
+                            HugePageArena::footprint(5, torch::kFloat32));
+        torch::Tensor a = arena.place(torch::full({300000}, 1.5f));
+        kept = arena.place(torch::full({5}, 2.5f));
+    }  // the arena and the first tensor are gone
+    EXPECT_TRUE(torch::equal(kept, torch::full({5}, 2.5f)));  // an unmapped block would fault here
 }
 
 TEST(HugePages, ALoadedModelHasItsWeightsInOneAdvisedBlock) {
-    const Transformer model = Transformer::load(test::tinyModel("qwen2"), torch::kFloat32, torch::kCPU);
-    const Weights& w = model.weights();
-    const auto start = reinterpret_cast<std::uintptr_t>(w.embed.data_ptr());
-    EXPECT_EQ(start % (std::uintptr_t{2} << 20), 0u) << "the embedding is the first weight placed";
-    for (const torch::Tensor* t : {&w.layers.front().wq, &w.layers.back().wDown, &w.finalNorm, &w.lmHead}) {
-        const auto at = reinterpret_cast<std::uintptr_t>(t->data_ptr());
-        EXPECT_EQ(at % 64, 0u);
-        EXPECT_GT(at, start - 1);
-        EXPECT_LT(at - start, std::uintptr_t{64} << 20) << "every weight of the tiny model in one block";
-        if (kernelHasThp()) {
-            EXPECT_NE(mappingFlags(t->data_ptr()).find(" hg"), std::string::npos) << mappingFlags(t->data_ptr());
+    for (const char* variant : {"qwen2", "qwen2-tied"}) {
+        SCOPED_TRACE(variant);
+        const Transformer model = Transformer::load(test::tinyModel(variant), torch::kFloat32, torch::kCPU);
+        const Weights& w = model.weights();
+        const auto start = reinterpret_cast<std::uintptr_t>(w.embed.data_ptr());
+        EXPECT_EQ(start % (std::uintptr_t{2} << 20), 0u) << "the embedding is the first weight placed";
+        EXPECT_EQ(w.lmHead.is_same(w.embed), std::string(variant) == "qwen2-tied");
+        for (const torch::Tensor* t : {&w.layers.front().wq, &w.layers.back().wDown, &w.finalNorm, &w.lmHead}) {
+            const auto at = reinterpret_cast<std::uintptr_t>(t->data_ptr());
+            EXPECT_EQ(at % 64, 0u);
+            EXPECT_GE(at, start);
+            EXPECT_LT(at - start, std::uintptr_t{64} << 20) << "every weight of the tiny model in one block";
+            if (kernelHasThp()) {
+                EXPECT_NE(mappingFlags(t->data_ptr()).find(" hg"), std::string::npos) << mappingFlags(t->data_ptr());
+            }
         }
     }
 }
