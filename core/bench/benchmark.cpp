@@ -257,7 +257,7 @@ Bandwidth measureBandwidth(std::size_t bytesPerArray, int passes) {
     const int64_t n = static_cast<int64_t>(bytesPerArray / sizeof(float)) / 256 * 256;
     const int threads = std::max(1, at::get_num_threads());
     const kernels::Isa isa = kernels::bestIsa();
-    // On the pages the weights get (Transformer::load): on 4 KiB pages the same reads ran ~45%
+    // On the pages the weights get (Transformer::load): on 4 KiB pages the same reads ran 26-34%
     // slower on a Zen 4 VM (util/huge_pages.h), which would put the bound under a decode step.
     const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
     auto block = [bytes] {
