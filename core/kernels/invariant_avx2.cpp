@@ -26,12 +26,14 @@ struct Avx2Wide {
 
 struct Avx2Vec {
     // 16 registers: a 2 x 3 tile holds 12 accumulator halves (a 3 x 2 one measured slower); a
-    // decode row against 4 weight rows, 8 + 2 x + 2 w halves. A bf16 decode row takes one weight
-    // row at a time, as two runs of tiles a thread: on a Sapphire Rapids through this path, the
-    // linears of a decode step took 37.0 and 37.4 ms against 42.0 and 42.2 with two rows a tile;
-    // on an AVX2-only Zen 3 VM one or four runs were no faster than two (both on 4 KiB pages; the
-    // AVX-512 path's four rows and one run came with 2 MiB pages, not measured on an AVX2-only CPU).
-    static constexpr int kRows = 2, kCols = 3, kDecodeCols = 4, kDecodePairCols = 1, kDecodeStreams = 2;
+    // decode row against 4 weight rows, 8 + 2 x + 2 w halves, in either order, as one run of tiles
+    // a thread, since the weights lie on 2 MiB pages (invariant_avx512_vec.h says why). Through
+    // this path on a Zen 4 VM (KVSCOPE_KERNEL_PATH=avx2, three interleaved pairs of `kvscope bench`
+    // runs): bf16 decode 28.4 / 31.1 / 37.2 tok/s against 26.0 / 28.3 / 31.3 with one row a tile
+    // and two runs. Not measured on an AVX2-only CPU: on 4 KiB pages, one row and two runs had been
+    // faster on a Sapphire Rapids (a step's linears 37.0-37.4 ms against 42.0-42.2 with two rows)
+    // and no slower than the others on an AVX2-only Zen 3.
+    static constexpr int kRows = 2, kCols = 3, kDecodeCols = 4, kDecodePairCols = 4, kDecodeStreams = 1;
     static constexpr int kValueRows = 1;  // two queries' 4 chains would fill all 16 registers
     // Many rows: 6 rows x 16 outputs of one lane in 12 registers, plus 2 weight vectors and a
     // broadcast (panelLinear). From 24 rows the packed panel pays for itself.
