@@ -259,6 +259,8 @@ Bandwidth measureBandwidth(std::size_t bytesPerArray, int passes) {
     const kernels::Isa isa = kernels::bestIsa();
     // On the pages the weights get (Transformer::load): on 4 KiB pages the same reads ran 26-34%
     // slower on a Zen 4 VM (util/huge_pages.h), which would put the bound under a decode step.
+    // Mapped afresh by every probe of a run, not kept between them: the three arrays can be 3/8 of
+    // the memory (streamArrayBytes), which the model rows measured in between need.
     const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
     auto block = [bytes] {
         auto* p = static_cast<float*>(allocateHugePageBlock(bytes));

@@ -17,9 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <mutex>
-#include <numeric>
 
 namespace kvscope {
 
@@ -181,9 +179,7 @@ Transformer Transformer::load(const std::string& dir, torch::ScalarType dtype, t
     // streams them all from memory: util/huge_pages.h); each one read is freed before the next.
     std::size_t bytes = 0;
     auto footprint = [&](const std::string& name) {
-        const auto& shape = ck.entry(name).shape;
-        const int64_t numel = std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
-        return HugePageArena::footprint(numel, dtype);
+        return HugePageArena::footprint(c10::multiply_integers(ck.entry(name).shape), dtype);
     };
     for (const auto& [name, slot] : slots) bytes += footprint(name);
     if (!c.tieWordEmbeddings) bytes += footprint("lm_head.weight");
