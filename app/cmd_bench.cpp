@@ -53,7 +53,9 @@ nlohmann::json reportToJson(const BenchReport& r) {
              {"decode_fraction_of_bound", row.decodeTokensPerSecond / row.boundTokensPerSecond},
              {"decode_step_ms", 1e3 * row.decodeStepSeconds()},
              {"decode_linears_ms", 1e3 * row.decodeLinearsSecondsPerStep},
-             {"decode_linears_gb_per_s", row.decodeLinearsBytesPerSecond() / 1e9}});
+             {"decode_linears_gb_per_s", row.decodeLinearsBytesPerSecond() / 1e9},
+             {"decode_adjacent_read_gb_per_s", row.adjacentReadBytesPerSecond / 1e9},
+             {"decode_fraction_of_adjacent_reads", row.decodeFractionOfAdjacentReads}});
     for (const auto& k : r.kernelRows) {
         const std::optional<double> fraction = fractionOfPeak(r, k);
         kernelRows.push_back({{"dtype", k.dtype},
@@ -105,12 +107,14 @@ void printReport(const BenchReport& r) {
         "invariant kernels: %s path%s\nthreads: %d\n",
         r.modelDir.c_str(), r.libtorch.c_str(), r.cpuFeatures.c_str(), oneDnnLine(r.torchOneDnn).c_str(),
         r.kernelPath.c_str(), prefillPath.c_str(), r.threads);
+    const int triadPasses = kFirstBandwidthPasses + kLaterBandwidthPasses * static_cast<int>(r.rows.size() + 1);
     std::printf(
-        "bandwidth: read %.1f GB/s (1, 2 or 4 streams a thread; the median pass %.1f), triad %.1f GB/s (vectorised, %d "
-        "threads, best of %d passes: %d first, %d before each row and at the end); bound: %.1f GB/s\n",
-        r.readBandwidthBytesPerSecond / 1e9, r.readBandwidthMedianBytesPerSecond / 1e9,
-        r.triadBandwidthBytesPerSecond / 1e9, r.threads, r.bandwidthPasses, kFirstBandwidthPasses,
-        kLaterBandwidthPasses, r.boundBandwidthBytesPerSecond / 1e9);
+        "bandwidth: read %.1f GB/s (vectorised, %d threads, 1, 2 or 4 streams a thread, best of %d passes: %d first, "
+        "%d before each row and at the end, and around every %lld decode steps; the median pass %.1f), triad %.1f "
+        "GB/s (best of the %d passes first, before each row and at the end); bound: %.1f GB/s\n",
+        r.readBandwidthBytesPerSecond / 1e9, r.threads, r.bandwidthPasses, kFirstBandwidthPasses, kLaterBandwidthPasses,
+        static_cast<long long>(kDecodeStepsBetweenReads), r.readBandwidthMedianBytesPerSecond / 1e9,
+        r.triadBandwidthBytesPerSecond / 1e9, triadPasses, r.boundBandwidthBytesPerSecond / 1e9);
     std::printf(
         "bandwidth arrays: %zu MiB each (STREAM's rule: 4x the last-level cache, %s; 256 MiB to 1/8 of memory)\n",
         r.bandwidthArrayBytes >> 20,
@@ -147,16 +151,20 @@ void printReport(const BenchReport& r) {
                        " (weights " + std::to_string(static_cast<int64_t>(row.weightBytesPerToken / 1e6)) + " MB)";
     }
     std::printf("memory on 2 MiB pages grown by loading the model: %s.\n", onHugePages.c_str());
-    std::printf("\n%-5s %-15s %12s %12s %12s %12s\n", "dtype", "kernels", "step ms", "linears ms", "linears GB/s",
-                "rest ms");
+    std::printf("\n%-5s %-15s %12s %12s %12s %12s %14s %13s\n", "dtype", "kernels", "step ms", "linears ms",
+                "linears GB/s", "rest ms", "adj. read GB/s", "of adj. read");
     for (const auto& row : r.rows) {
         const double step = 1e3 * row.decodeStepSeconds(), linears = 1e3 * row.decodeLinearsSecondsPerStep;
-        std::printf("%-5s %-15s %12.2f %12.2f %12.1f %12.2f\n", row.dtype.c_str(), row.kernels.c_str(), step, linears,
-                    row.decodeLinearsBytesPerSecond() / 1e9, step - linears);
+        std::printf("%-5s %-15s %12.2f %12.2f %12.1f %12.2f %14.1f %12.0f%%\n", row.dtype.c_str(), row.kernels.c_str(),
+                    step, linears, row.decodeLinearsBytesPerSecond() / 1e9, step - linears,
+                    row.adjacentReadBytesPerSecond / 1e9, 100.0 * row.decodeFractionOfAdjacentReads);
     }
     std::printf(
         "A decode step: its linear layers timed alone (the step's calls in its order, weights from memory), and\n"
-        "the rest (norms, RoPE, attention, cache writes, sampling, the threads' hand-offs).\n");
+        "the rest (norms, RoPE, attention, cache writes, sampling, the threads' hand-offs). adj. read: the read\n"
+        "pass before and after every %lld decode steps, the larger; of adj. read: the steps' weight stream against\n"
+        "it (both the median over the runs): how close decode comes to what the memory gave while it ran.\n",
+        static_cast<long long>(kDecodeStepsBetweenReads));
     if (r.kernelRows.empty()) return;
     std::printf("\n%-5s %-15s %-10s %-10s %5s %7s %7s %10s %10s %10s %8s\n", "dtype", "kernels", "path", "linear",
                 "rows", "in", "out", "ms", "GB/s", "GFLOP/s", "of peak");

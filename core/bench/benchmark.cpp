@@ -127,8 +127,92 @@ void onSlices(int64_t n, int threads, const Body& body) {
     for (auto& th : pool) th.join();
 }
 
+double median(std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    const std::size_t half = values.size() / 2;
+    return values.size() % 2 ? values[half] : (values[half - 1] + values[half]) / 2;
+}
+
+// n floats (a multiple of 256) on the pages the weights get (Transformer::load): on 4 KiB pages the
+// same reads ran 26-34% slower on a Zen 4 VM (util/huge_pages.h), which would put the bound under a
+// decode step. Each element first touched, as `value`, by the thread of `threads` that will stream
+// its slice.
+class ProbeArray {
+public:
+    ProbeArray(int64_t n, int threads, float value) : n_(n), bytes_(static_cast<std::size_t>(n) * sizeof(float)) {
+        data_ = static_cast<float*>(allocateHugePageBlock(bytes_));
+        if (!data_) throw std::bad_alloc();
+        onSlices(n, threads, [&](int, int64_t lo, int64_t hi) { std::fill(data_ + lo, data_ + hi, value); });
+    }
+    ~ProbeArray() { freeHugePageBlock(data_, bytes_); }
+    ProbeArray(const ProbeArray&) = delete;
+    ProbeArray& operator=(const ProbeArray&) = delete;
+    float* data() const { return data_; }
+    int64_t size() const { return n_; }
+
+private:
+    int64_t n_;
+    std::size_t bytes_;
+    float* data_ = nullptr;
+};
+
+// One read pass over x by `threads` threads, each its slice, as 1, 2 and 4 sequential streams side
+// by side: the best of the three, bytes per second (one stream per core under-reads a machine whose
+// prefetchers keep few misses in flight per stream; a decode step reads each path's kDecodeStreams
+// runs of tiles per thread).
+double readPass(const ProbeArray& x, int threads) {
+    const kernels::Isa isa = kernels::bestIsa();
+    std::vector<float> sinks(static_cast<std::size_t>(threads));
+    double best = 0;
+    for (const int64_t streams : {1, 2, 4}) {
+        const auto t0 = Clock::now();
+        onSlices(x.size(), threads, [&](int t, int64_t lo, int64_t hi) {
+            sinks[static_cast<std::size_t>(t)] = kernels::readAll(isa, x.data() + lo, hi - lo, streams);
+        });
+        best = std::max(best, static_cast<double>(x.size()) * sizeof(float) / secondsSince(t0));
+    }
+    volatile float sink = sinks[0];  // keep the sums observable
+    (void)sink;
+    return best;
+}
+
+// Decode steps from a clone of `cache` (whose last position produced `logits`), after one untimed
+// step, in runs of kDecodeStepsBetweenReads between read passes over an array of `arrayBytes`:
+// fills row's adjacent-read figures (BenchRow says what they are). The run's best pass is a
+// ceiling; these say how close the steps come to what the memory gave while they ran.
+void decodeBetweenReads(const Transformer& model, const KvCache& cache, const torch::Tensor& logits, int64_t steps,
+                        std::size_t arrayBytes, BenchRow& row) {
+    const int threads = std::max(1, at::get_num_threads());
+    const ProbeArray array(static_cast<int64_t>(arrayBytes / sizeof(float)) / 256 * 256, threads, 1.0f);
+    // Before a pass, the threads of the step's kernels go to sleep (kernel_threads.cpp spins 5 ms;
+    // OpenBLAS's threads yield): spinning, they would take a core from the probe.
+    auto settledReadPass = [&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        row.adjacentReadPasses.push_back(readPass(array, threads));
+        return row.adjacentReadPasses.back();
+    };
+    Generator gen(model);
+    KvCache c = cache.clone();
+    int64_t next = chooseToken(logits, {}, 0).id;
+    next = chooseToken(gen.decodeOne(next, c), {}, 0).id;
+    std::vector<double> reads, fractions;
+    double before = settledReadPass();
+    for (int64_t done = 0; done < steps; done += kDecodeStepsBetweenReads) {
+        const int64_t run = std::min(kDecodeStepsBetweenReads, steps - done);
+        const auto t0 = Clock::now();
+        for (int64_t i = 0; i < run; ++i) next = chooseToken(gen.decodeOne(next, c), {}, 0).id;
+        const double stream = static_cast<double>(run) * row.weightBytesPerToken / secondsSince(t0);
+        const double after = settledReadPass(), memory = std::max(before, after);
+        reads.push_back(memory);
+        fractions.push_back(stream / memory);
+        before = after;
+    }
+    row.adjacentReadBytesPerSecond = median(reads);
+    row.decodeFractionOfAdjacentReads = median(fractions);
+}
+
 BenchRow measureRow(const Transformer& model, const std::vector<int64_t>& prompt, const BenchOptions& o,
-                    const std::function<void(const std::string&)>& log) {
+                    std::size_t probeArrayBytes, const std::function<void(const std::string&)>& log) {
     Generator gen(model);
     BenchRow row;
     row.dtype = dtypeName(model.dtype());
@@ -150,6 +234,8 @@ BenchRow measureRow(const Transformer& model, const std::vector<int64_t>& prompt
     log("decode " + std::to_string(o.decodeTokens) + " tokens (" + label + ")");
     row.decodeTokensPerSecond = decodeRate(model, cache, logits, o.decodeTokens);
     row.decodeLinearsSecondsPerStep = decodeLinearsSeconds(model, std::min<int64_t>(o.decodeTokens, 8));
+    log("decode " + std::to_string(o.decodeTokens) + " tokens between read passes (" + label + ")");
+    decodeBetweenReads(model, cache, logits, o.decodeTokens, probeArrayBytes, row);
     if (model.numerics().kernels == Kernels::Torch) {
         Numerics matrixVector;
         matrixVector.matrixVectorDecode = true;  // the same weight tensors, other decode kernels
@@ -257,41 +343,21 @@ Bandwidth measureBandwidth(std::size_t bytesPerArray, int passes) {
     const int64_t n = static_cast<int64_t>(bytesPerArray / sizeof(float)) / 256 * 256;
     const int threads = std::max(1, at::get_num_threads());
     const kernels::Isa isa = kernels::bestIsa();
-    // On the pages the weights get (Transformer::load): on 4 KiB pages the same reads ran 26-34%
-    // slower on a Zen 4 VM (util/huge_pages.h), which would put the bound under a decode step.
     // Mapped afresh by every probe of a run, not kept between them: the three arrays can be 3/8 of
     // the memory (streamArrayBytes), which the model rows measured in between need.
-    const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
-    auto block = [bytes] {
-        auto* p = static_cast<float*>(allocateHugePageBlock(bytes));
-        if (!p) throw std::bad_alloc();
-        return std::unique_ptr<float, std::function<void(float*)>>(p,
-                                                                   [bytes](float* q) { freeHugePageBlock(q, bytes); });
-    };
-    const auto a = block(), b = block(), c = block();
-    onSlices(n, threads, [&](int, int64_t lo, int64_t hi) {  // first touch from the thread that will stream it
-        for (int64_t i = lo; i < hi; ++i) a.get()[i] = 0.f, b.get()[i] = 1.f, c.get()[i] = 2.f;
-    });
+    const ProbeArray a(n, threads, 0.f), b(n, threads, 1.f), c(n, threads, 2.f);
     Bandwidth best;
-    std::vector<float> sinks(static_cast<std::size_t>(threads));
     for (int p = 0; p < passes; ++p) {
-        auto t0 = Clock::now();
+        const auto t0 = Clock::now();
         onSlices(n, threads, [&](int, int64_t lo, int64_t hi) {
-            kernels::triad(isa, a.get() + lo, b.get() + lo, c.get() + lo, 3.0f, hi - lo);
+            kernels::triad(isa, a.data() + lo, b.data() + lo, c.data() + lo, 3.0f, hi - lo);
         });
         best.triad = std::max(best.triad, 3.0 * static_cast<double>(n) * sizeof(float) / secondsSince(t0));
-        double read = 0;
-        for (const int64_t streams : {1, 2, 4}) {  // a decode step reads 1 or 2 per thread (each path's kDecodeStreams)
-            t0 = Clock::now();
-            onSlices(n, threads, [&](int t, int64_t lo, int64_t hi) {
-                sinks[static_cast<std::size_t>(t)] = kernels::readAll(isa, b.get() + lo, hi - lo, streams);
-            });
-            read = std::max(read, static_cast<double>(n) * sizeof(float) / secondsSince(t0));
-        }
+        const double read = readPass(b, threads);
         best.read = std::max(best.read, read);
         best.readPasses.push_back(read);
     }
-    volatile float sink = a.get()[n / 2] + sinks[0];  // keep the stores and sums observable
+    volatile float sink = a.data()[n / 2];  // keep the stores observable
     (void)sink;
     return best;
 }
@@ -338,15 +404,20 @@ BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const s
     // The bound is the best pass over the whole run, probed again before each row and at the end: a
     // VM's bandwidth moves within minutes, and a bound probed only at the start (33.8 GB/s, on a Zen 4
     // VM) read under a later row's decode (fp32 at 108% of it, its linears alone at 42.4 GB/s).
+    // The read passes between a row's decode runs count towards it too.
     std::vector<double> readPasses;
-    auto probeBandwidth = [&](int passes) {
-        const Bandwidth b = measureBandwidth(report.bandwidthArrayBytes, passes);
-        report.readBandwidthBytesPerSecond = std::max(report.readBandwidthBytesPerSecond, b.read);
-        report.triadBandwidthBytesPerSecond = std::max(report.triadBandwidthBytesPerSecond, b.triad);
+    auto countReadPasses = [&](const std::vector<double>& passes) {
+        for (const double read : passes)
+            report.readBandwidthBytesPerSecond = std::max(report.readBandwidthBytesPerSecond, read);
         report.boundBandwidthBytesPerSecond =
             std::max(report.readBandwidthBytesPerSecond, report.triadBandwidthBytesPerSecond);
-        report.bandwidthPasses += passes;
-        readPasses.insert(readPasses.end(), b.readPasses.begin(), b.readPasses.end());
+        report.bandwidthPasses += static_cast<int>(passes.size());
+        readPasses.insert(readPasses.end(), passes.begin(), passes.end());
+    };
+    auto probeBandwidth = [&](int passes) {
+        const Bandwidth b = measureBandwidth(report.bandwidthArrayBytes, passes);
+        report.triadBandwidthBytesPerSecond = std::max(report.triadBandwidthBytesPerSecond, b.triad);
+        countReadPasses(b.readPasses);
     };
     log("measuring memory bandwidth (read and triad, " + std::to_string(report.threads) + " threads, arrays of " +
         std::to_string(report.bandwidthArrayBytes >> 20) + " MiB)");
@@ -372,7 +443,8 @@ BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const s
             const Transformer model(loaded.config(), loaded.weights(), dtype, o.device, numerics);
             log("measuring memory bandwidth again (" + std::to_string(kLaterBandwidthPasses) + " passes)");
             probeBandwidth(kLaterBandwidthPasses);
-            report.rows.push_back(measureRow(model, prompt, o, log));
+            report.rows.push_back(measureRow(model, prompt, o, report.bandwidthArrayBytes, log));
+            countReadPasses(report.rows.back().adjacentReadPasses);
             report.rows.back().weightBytesOnHugePages = weightsOnHugePages;
             if (o.kernelFigures) {
                 log("kernel figures (" + dtypeName(dtype) + ", " + kernelsName(k) + ")");
@@ -382,10 +454,7 @@ BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const s
     }
     log("measuring memory bandwidth a last time (" + std::to_string(kLaterBandwidthPasses) + " passes)");
     probeBandwidth(kLaterBandwidthPasses);
-    std::sort(readPasses.begin(), readPasses.end());
-    const std::size_t half = readPasses.size() / 2;
-    report.readBandwidthMedianBytesPerSecond =
-        readPasses.size() % 2 ? readPasses[half] : (readPasses[half - 1] + readPasses[half]) / 2;
+    report.readBandwidthMedianBytesPerSecond = median(readPasses);
     for (BenchRow& row : report.rows)
         row.boundTokensPerSecond = report.boundBandwidthBytesPerSecond / row.weightBytesPerToken;
     return report;

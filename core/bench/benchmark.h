@@ -39,6 +39,12 @@ struct BenchRow {
     double rebuildTokensPerSecond = 0;   // the prompt's first ids fed one forward per token
     double weightBytesPerToken = 0;      // bytes of weights one decode step must read
     double boundTokensPerSecond = 0;     // bandwidth / weightBytesPerToken
+    // Decode steps in runs of kDecodeStepsBetweenReads, each run between two read passes of the
+    // bandwidth probe: the memory's read rate around a run (the larger of its two passes) and the
+    // steps' weight stream as a fraction of it, each the median over the runs. The passes count
+    // towards the run's bound too (adjacentReadPasses).
+    double adjacentReadBytesPerSecond = 0, decodeFractionOfAdjacentReads = 0;
+    std::vector<double> adjacentReadPasses;
     // How much of the weights the kernel put on 2 MiB pages (the process's AnonHugePages grown by the
     // load, util/huge_pages.h); -1 where the kernel does not say.
     int64_t weightBytesOnHugePages = -1;
@@ -62,7 +68,8 @@ struct BenchReport {
     std::string prefillPairPath;         // theirs for a bf16 prefill's linears (kernels::pairsPathForRows)
     OneDnnIsa torchOneDnn;               // what torch kernels' bf16 products run on (AMX or not)
     // Best of every pass of the run (kFirstBandwidthPasses first, kLaterBandwidthPasses before each
-    // row and at the end), so that the bound is a ceiling over the time the rows ran in.
+    // row and at the end, and the read passes between each row's decode runs), so that the bound is
+    // a ceiling over the time the rows ran in.
     double readBandwidthBytesPerSecond = 0;   // vectorised read of one large array, best of passes and streams
     double triadBandwidthBytesPerSecond = 0;  // STREAM triad, best of passes
     double boundBandwidthBytesPerSecond = 0;  // the larger: what a decode step can at best stream
@@ -104,6 +111,10 @@ std::size_t physicalMemoryBytes();
 // under-reads a machine whose prefetchers keep few misses in flight per stream).
 Bandwidth measureBandwidth(std::size_t bytesPerArray, int passes = 5);
 constexpr int kFirstBandwidthPasses = 5, kLaterBandwidthPasses = 2;
+// A decode run between two read passes (BenchRow::adjacentReadBytesPerSecond): short enough that
+// the memory's rate holds over it (it moves by half between seconds on a VM), long enough (4 bf16
+// steps of a 0.5B model: ~0.12 s) that the passes around it take a fifth of the time.
+constexpr int64_t kDecodeStepsBetweenReads = 4;
 
 // The invariant kernels' multiply-adds per second from registers, on as many threads as libtorch
 // computes with, in the pair order or the 16-lane order; best of `passes`, FLOP per second.

@@ -74,8 +74,10 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
     EXPECT_EQ(j["last_level_cache_mib"].get<double>(), static_cast<double>(lastLevelCacheBytes()) / (1 << 20));
     EXPECT_EQ(j["transparent_hugepages"], transparentHugePagesMode());
     ASSERT_EQ(j["rows"].size(), 4u);  // fp32, bf16 x torch, invariant
-    // Probed first, before each row and at the end: the bound covers the time every row ran in.
-    EXPECT_EQ(j["bandwidth_passes"], kFirstBandwidthPasses + 5 * kLaterBandwidthPasses);
+    // Probed first, before each row and at the end, and read around each row's runs of decode steps
+    // (2 steps: one run, a pass before and after it): the bound covers the time every row ran in.
+    const int64_t decodeRuns = (2 + kDecodeStepsBetweenReads - 1) / kDecodeStepsBetweenReads;
+    EXPECT_EQ(j["bandwidth_passes"], kFirstBandwidthPasses + 5 * kLaterBandwidthPasses + 4 * (decodeRuns + 1));
     EXPECT_GT(j["read_bandwidth_median_gb_per_s"].get<double>(), 0.0);
     EXPECT_LE(j["read_bandwidth_median_gb_per_s"].get<double>(), j["read_bandwidth_gb_per_s"].get<double>());
     for (const auto& row : j["rows"]) {
@@ -87,10 +89,14 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
                     j["bound_bandwidth_gb_per_s"].get<double>() * 1e9 / row["weight_bytes_per_token"].get<double>(),
                     1e-9 * row["bandwidth_bound_tokens_per_s"].get<double>())
             << row.dump();
-        for (const char* key : {"prefill_tokens_per_s", "decode_tokens_per_s", "rebuild_tokens_per_s",
-                                "bandwidth_bound_tokens_per_s", "decode_fraction_of_bound", "prefill_over_rebuild",
-                                "decode_step_ms", "decode_linears_ms", "decode_linears_gb_per_s"})
+        for (const char* key :
+             {"prefill_tokens_per_s", "decode_tokens_per_s", "rebuild_tokens_per_s", "bandwidth_bound_tokens_per_s",
+              "decode_fraction_of_bound", "prefill_over_rebuild", "decode_step_ms", "decode_linears_ms",
+              "decode_linears_gb_per_s", "decode_adjacent_read_gb_per_s", "decode_fraction_of_adjacent_reads"})
             EXPECT_GT(row[key].get<double>(), 0.0) << key << " " << row.dump();
+        // The passes around the decode runs count towards the run's best read.
+        EXPECT_LE(row["decode_adjacent_read_gb_per_s"].get<double>(), j["read_bandwidth_gb_per_s"].get<double>())
+            << row.dump();
         EXPECT_EQ(row["decode_mv_tokens_per_s"].get<double>() > 0, row["kernels"] == "torch") << row.dump();
     }
     // Six shapes at one row and five (no lm_head) at the prompt's rows, for each of the four rows above;
