@@ -3,6 +3,7 @@
 #include "cli_common.h"
 
 #include "core/bench/benchmark.h"
+#include "core/util/huge_pages.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -120,8 +121,7 @@ void printReport(const BenchReport& r) {
         r.bandwidthArrayBytes >> 20,
         r.lastLevelCacheBytes > 0 ? (std::to_string(r.lastLevelCacheBytes >> 20) + " MiB here").c_str()
                                   : "unknown here");
-    std::printf("pages: transparent huge pages '%s'; the weights and the probe arrays alike advised onto 2 MiB pages\n",
-                r.transparentHugePages.c_str());
+    std::printf("pages: %s\n", hugePagesSummary(r.transparentHugePages).c_str());
     std::printf(
         "compute: pair order %.1f GFLOP/s, 16-lane order %.1f GFLOP/s (the invariant kernels' multiply-adds from "
         "registers, %d threads, best of 3)\n\n",

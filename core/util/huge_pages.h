@@ -42,6 +42,11 @@ private:
 // The kernel's THP mode: "always", "madvise", "never", or "unavailable" (no such file).
 std::string transparentHugePagesMode();
 
+// What a THP mode means for the weights and the bench's probe arrays, in a line for `kvscope bench`:
+// under "never" (or without THP) they stay on 4 KiB pages and decode streams slower, and the line
+// says how an administrator changes that.
+std::string hugePagesSummary(const std::string& mode);
+
 // Bytes of this process's anonymous memory on huge pages now (AnonHugePages of
 // /proc/self/smaps_rollup), or -1 where the kernel does not say.
 int64_t hugePageBytesInUse();

@@ -113,5 +113,19 @@ TEST(HugePages, TheModeIsOneOfTheKernelsWords) {
     EXPECT_GE(hugePageBytesInUse(), kernelHasThp() ? 0 : -1);
 }
 
+TEST(HugePages, TheBenchLineSaysWhereTheWeightsLieUnderEachMode) {
+    for (const char* mode : {"always", "madvise"}) {
+        const std::string line = hugePagesSummary(mode);
+        EXPECT_NE(line.find("onto 2 MiB pages"), std::string::npos) << line;
+        EXPECT_EQ(line.find("4 KiB"), std::string::npos) << line;
+    }
+    for (const char* mode : {"never", "unavailable"}) {
+        const std::string line = hugePagesSummary(mode);
+        EXPECT_NE(line.find("stay on 4 KiB pages"), std::string::npos) << line;
+        EXPECT_NE(line.find("/sys/kernel/mm/transparent_hugepage/enabled"), std::string::npos) << line;
+    }
+    EXPECT_NE(hugePagesSummary("never").find("'never'"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kvscope
