@@ -133,16 +133,18 @@ double median(std::vector<double> values) {
     return values.size() % 2 ? values[half] : (values[half - 1] + values[half]) / 2;
 }
 
-// n floats (a multiple of 256) on the pages the weights get (Transformer::load): on 4 KiB pages the
-// same reads ran 26-34% slower on a Zen 4 VM (util/huge_pages.h), which would put the bound under a
-// decode step. Each element first touched, as `value`, by the thread of `threads` that will stream
-// its slice.
+// About `bytes` of floats, rounded down to a multiple of 256 (onSlices' step), on the pages the
+// weights get (Transformer::load): on 4 KiB pages the same reads ran 26-34% slower on a Zen 4 VM
+// (util/huge_pages.h), which would put the bound under a decode step. Each element first touched,
+// as `value`, by the thread of `threads` that will stream its slice.
 class ProbeArray {
 public:
-    ProbeArray(int64_t n, int threads, float value) : n_(n), bytes_(static_cast<std::size_t>(n) * sizeof(float)) {
+    ProbeArray(std::size_t bytes, int threads, float value)
+        : n_(static_cast<int64_t>(bytes / sizeof(float)) / 256 * 256),
+          bytes_(static_cast<std::size_t>(n_) * sizeof(float)) {
         data_ = static_cast<float*>(allocateHugePageBlock(bytes_));
         if (!data_) throw std::bad_alloc();
-        onSlices(n, threads, [&](int, int64_t lo, int64_t hi) { std::fill(data_ + lo, data_ + hi, value); });
+        onSlices(n_, threads, [&](int, int64_t lo, int64_t hi) { std::fill(data_ + lo, data_ + hi, value); });
     }
     ~ProbeArray() { freeHugePageBlock(data_, bytes_); }
     ProbeArray(const ProbeArray&) = delete;
@@ -183,7 +185,7 @@ double readPass(const ProbeArray& x, int threads) {
 void decodeBetweenReads(const Transformer& model, const KvCache& cache, const torch::Tensor& logits, int64_t steps,
                         std::size_t arrayBytes, BenchRow& row) {
     const int threads = std::max(1, at::get_num_threads());
-    const ProbeArray array(static_cast<int64_t>(arrayBytes / sizeof(float)) / 256 * 256, threads, 1.0f);
+    const ProbeArray array(arrayBytes, threads, 1.0f);
     // Before a pass, the threads of the step's kernels go to sleep (kernel_threads.cpp spins 5 ms;
     // OpenBLAS's threads yield): spinning, they would take a core from the probe.
     auto settledReadPass = [&] {
@@ -340,12 +342,12 @@ std::size_t physicalMemoryBytes() {
 }
 
 Bandwidth measureBandwidth(std::size_t bytesPerArray, int passes) {
-    const int64_t n = static_cast<int64_t>(bytesPerArray / sizeof(float)) / 256 * 256;
     const int threads = std::max(1, at::get_num_threads());
     const kernels::Isa isa = kernels::bestIsa();
     // Mapped afresh by every probe of a run, not kept between them: the three arrays can be 3/8 of
     // the memory (streamArrayBytes), which the model rows measured in between need.
-    const ProbeArray a(n, threads, 0.f), b(n, threads, 1.f), c(n, threads, 2.f);
+    const ProbeArray a(bytesPerArray, threads, 0.f), b(bytesPerArray, threads, 1.f), c(bytesPerArray, threads, 2.f);
+    const int64_t n = a.size();
     Bandwidth best;
     for (int p = 0; p < passes; ++p) {
         const auto t0 = Clock::now();
