@@ -19,10 +19,19 @@
 namespace kvscope::kernels {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 // How long an idle worker spins before it sleeps: longer than the gaps inside a decode step and
 // between two steps (choosing a token over a 152k vocabulary takes ~1-2 ms), short enough that an
 // idle program gives its cores back at once to a person's eye.
 constexpr std::chrono::milliseconds kSpinBeforeSleep{5};
+
+// How long a waiting thread spins on the pause instruction alone before it yields its core between
+// checks: longer than the threads' usual gaps (microseconds), so that they rarely get there. The
+// scheduler sometimes wakes a worker on the caller's core while the other core idles (a 2-core VM,
+// after 50 ms idle: about one wake-up in three), and a thread spinning there holds off the one it
+// waits for until the next tick (4 ms measured); a yield hands the core over at once.
+constexpr std::chrono::microseconds kSpinBeforeYield{20};
 
 void relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -32,16 +41,49 @@ void relax() {
 #endif
 }
 
-// One worker's mailbox, on its own cache lines: the caller writes a part and raises `ticket`; the
-// worker runs it and lowers the pool's `pending`. Only the workers a call needs are ever woken.
+// Waits until ready() holds (true) or `giveUpAt` passes (false): paused spins, then yields
+// (kSpinBeforeYield says why).
+template <typename Ready>
+bool spinUntil(const Ready& ready, Clock::time_point giveUpAt = Clock::time_point::max()) {
+    const auto yieldAt = Clock::now() + kSpinBeforeYield;
+    bool yielding = false;
+    for (int spins = 0;; ++spins) {
+        if (ready()) return true;
+        if (spins % 256 == 255) {
+            const auto now = Clock::now();
+            if (now >= giveUpAt) return false;
+            yielding = now >= yieldAt;
+        }
+        if (yielding)
+            std::this_thread::yield();
+        else
+            relax();
+    }
+}
+
+// One worker's mailbox, on its own cache lines: the caller writes a part and raises `ticket`. The
+// part then goes to whichever of the worker and the caller first raises `taken` to that ticket: the
+// worker when it starts in time; otherwise the caller, once every item is claimed (it took the
+// part's items itself), so that a late worker never holds a call up. Measured on a 2-core VM, where
+// a worker woken late waited on the caller's core: the first 24 calls after 50 ms idle took 10-11
+// ms longer, and a decode step after a pause 3-15 ms longer (0.7-3.5 ms since). A worker that took
+// its part raises `finished` to the ticket when done. Only the workers a call needs are woken.
 struct alignas(64) Slot {
-    std::atomic<uint64_t> ticket{0};
+    std::atomic<uint64_t> ticket{0}, taken{0}, finished{0};
     const std::function<void(int64_t, int64_t)>* work = nullptr;
     int64_t part = 0;
     std::exception_ptr failure;
     std::atomic<bool> sleeping{false};
     std::mutex mutex;  // guards the sleep, nothing else
     std::condition_variable wake;
+
+    // True for the one thread that raises `taken` to `ticket`.
+    bool take(uint64_t ticket) {
+        uint64_t seen = taken.load(std::memory_order_acquire);
+        while (seen < ticket)
+            if (taken.compare_exchange_weak(seen, ticket, std::memory_order_acq_rel)) return true;
+        return false;
+    }
 };
 
 // What is left of one part, [next, end), packed in one word so that its owner (from the front) and
@@ -81,13 +123,11 @@ public:
         parts = (n + chunk - 1) / chunk;  // no empty part
         grow(static_cast<std::size_t>(parts - 1));
         // Without stealing (or with too many items to pack) each part is one piece for its owner.
-        stealing_ = steal > 0 && n < (int64_t{1} << 31);
         parts_ = parts;
-        piece_ = stealing_ ? steal : chunk;
+        piece_ = steal > 0 && n < (int64_t{1} << 31) ? steal : chunk;
         for (int64_t p = 0; p < parts; ++p)
             remainders_[static_cast<std::size_t>(p)].reset(p * chunk, std::min(n, (p + 1) * chunk));
         ++generation_;
-        pending_.store(static_cast<int>(parts - 1), std::memory_order_relaxed);
         for (int64_t p = 1; p < parts; ++p) {
             Slot& s = *slots_[static_cast<std::size_t>(p - 1)];
             s.work = &work, s.part = p;
@@ -104,18 +144,25 @@ public:
         } catch (...) {
             failure = std::current_exception();
         }
-        while (pending_.load(std::memory_order_acquire) > 0) relax();
-        for (int64_t p = 1; p < parts && !failure; ++p) failure = slots_[static_cast<std::size_t>(p - 1)]->failure;
+        // Every item is claimed by now. A worker that has not taken its part yet never will; one
+        // that has may still be computing what it claimed.
+        for (int64_t p = 1; p < parts; ++p) {
+            Slot& s = *slots_[static_cast<std::size_t>(p - 1)];
+            if (s.take(generation_)) continue;
+            spinUntil([&] { return s.finished.load(std::memory_order_acquire) == generation_; });
+            if (!failure) failure = s.failure;
+        }
         if (failure) std::rethrow_exception(failure);
     }
 
 private:
     // Part `self` from its front, a piece at a time, then what the other parts still have, from
-    // their backs (the far end from where their owners are reading).
+    // their backs (the far end from where their owners are reading). Without stealing a part is one
+    // piece, so only a part its owner has not started yet is left to take.
     void drain(int64_t self, const std::function<void(int64_t, int64_t)>& work) {
         int64_t begin = 0, end = 0;
         while (remainders_[static_cast<std::size_t>(self)].claim(piece_, false, begin, end)) work(begin, end);
-        for (int64_t k = 1; stealing_ && k < parts_; ++k) {
+        for (int64_t k = 1; k < parts_; ++k) {
             Remainder& other = remainders_[static_cast<std::size_t>((self + k) % parts_)];
             while (other.claim(piece_, true, begin, end)) work(begin, end);
         }
@@ -133,25 +180,20 @@ private:
         uint64_t done = 0;
         for (;;) {
             done = awaitTicket(*s, done);
+            if (!s->take(done)) continue;  // the caller was done first, and took the part back
             try {
                 drain(s->part, *s->work);
             } catch (...) {
                 s->failure = std::current_exception();
             }
-            pending_.fetch_sub(1, std::memory_order_acq_rel);
+            s->finished.store(done, std::memory_order_release);
         }
     }
 
     // Spins until the slot's ticket moves past `done`, then sleeps; returns the new ticket.
     static uint64_t awaitTicket(Slot& s, uint64_t done) {
-        using Clock = std::chrono::steady_clock;
-        const auto sleepAt = Clock::now() + kSpinBeforeSleep;
-        for (int spins = 0;; ++spins) {
-            const uint64_t ticket = s.ticket.load(std::memory_order_acquire);
-            if (ticket != done) return ticket;
-            if (spins % 256 == 255 && Clock::now() >= sleepAt) break;
-            relax();
-        }
+        const auto raised = [&] { return s.ticket.load(std::memory_order_acquire) != done; };
+        if (spinUntil(raised, Clock::now() + kSpinBeforeSleep)) return s.ticket.load(std::memory_order_acquire);
         std::unique_lock<std::mutex> lock(s.mutex);
         s.sleeping.store(true, std::memory_order_seq_cst);
         // Seen under the same total order as the caller's raise-then-check: either the caller sees
@@ -163,10 +205,8 @@ private:
 
     std::mutex busy_;  // held by the one caller the pool serves
     uint64_t generation_ = 0;
-    std::atomic<int> pending_{0};
     std::vector<std::unique_ptr<Slot>> slots_;  // worker i computes part i + 1
     std::vector<Remainder> remainders_;          // one per part of the current call
-    bool stealing_ = false;                      // the current call's
     int64_t parts_ = 0, piece_ = 0;
 };
 

@@ -17,7 +17,9 @@
 // pairs is ~3x the work of the first; 512-token prefill 204-208 -> 213-217 tok/s in bf16), and a
 // decode step's linears, whose two halves stream from memory at rates that differ from call to call
 // (invariant_ops.cpp has the figures; on a Sapphire Rapids with two streams a thread they had
-// measured no faster for it).
+// measured no faster for it). Whatever the call, a part whose thread has not started it when the
+// others are done with theirs is computed by them: a worker the scheduler wakes late (behind the
+// caller, on its core) then never holds the call up.
 #include <cstdint>
 #include <functional>
 
@@ -30,7 +32,8 @@ namespace kvscope::kernels {
 // another thread, or a call from inside a part) runs whole on its own thread, with the same bits.
 // With steal > 0 each thread computes its part in ranges of half what is left of it (at least
 // `steal` items), then takes what is left of the others' parts, `steal` items at a time from their
-// ends (work then runs on more, smaller ranges: only for work with little cost per call).
+// ends (work then runs on more, smaller ranges: only for work with little cost per call). Without,
+// a thread done with its part takes only a whole part that no thread has started.
 void parallelFor(int64_t n, int64_t grain, const std::function<void(int64_t begin, int64_t end)>& work,
                  int64_t steal = 0);
 

@@ -469,7 +469,7 @@ TEST(KernelThreads, EveryIndexOnceInContiguousPartsOnAtMostTheThreadCount) {
 }
 
 // A thread done with its part takes the rest of a slower one's, from its end; without stealing,
-// never. Here the caller's part (the first half) is slow.
+// never once its owner has started it. Here the caller's part (the first half) is slow.
 TEST(KernelThreads, AThreadDoneEarlyTakesTheRestOfASlowerPartOnlyWhenAsked) {
     const int before = at::get_num_threads();
     at::set_num_threads(2);
@@ -494,6 +494,36 @@ TEST(KernelThreads, AThreadDoneEarlyTakesTheRestOfASlowerPartOnlyWhenAsked) {
         }
         EXPECT_EQ(std::count(ranOn.begin(), ranOn.end(), std::thread::id{}), 0);
     }
+    at::set_num_threads(before);
+}
+
+// A worker asleep (idle for longer than it spins) wakes in tens of microseconds; the caller's part
+// here takes nanoseconds, so the caller finds the worker's part not started and computes it too,
+// instead of waiting for the worker (what a worker the scheduler woke behind the caller, on its own
+// core, cost in time slices). Tried several times: a wake-up faster than the caller once is no failure.
+TEST(KernelThreads, TheCallerComputesAPartWhoseWorkerHasNotStartedInsteadOfWaiting) {
+    const int before = at::get_num_threads();
+    at::set_num_threads(2);
+    const std::thread::id caller = std::this_thread::get_id();
+    int callerRanEverything = 0;
+    for (int attempt = 0; attempt < 10 && callerRanEverything == 0; ++attempt) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the worker spins 5 ms, then sleeps
+        std::vector<std::thread::id> ranOn(2);
+        kernels::parallelFor(2, 1, [&](int64_t begin, int64_t end) {
+            for (int64_t i = begin; i < end; ++i) ranOn[static_cast<std::size_t>(i)] = std::this_thread::get_id();
+        });
+        callerRanEverything += ranOn[0] == caller && ranOn[1] == caller;
+    }
+    EXPECT_EQ(callerRanEverything, 1);
+    // The worker the caller left out takes its parts of the calls that follow.
+    std::vector<std::thread::id> ranOn(400);
+    kernels::parallelFor(400, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+            ranOn[static_cast<std::size_t>(i)] = std::this_thread::get_id();
+            if (std::this_thread::get_id() == caller) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+    });
+    EXPECT_GT(std::count_if(ranOn.begin(), ranOn.end(), [&](std::thread::id id) { return id != caller; }), 0);
     at::set_num_threads(before);
 }
 
