@@ -29,8 +29,8 @@ constexpr std::chrono::milliseconds kSpinBeforeSleep{5};
 // How long a waiting thread spins on the pause instruction alone before it yields its core between
 // checks: longer than the threads' usual gaps (microseconds), so that they rarely get there. The
 // scheduler sometimes wakes a worker on the caller's core while the other core idles (a 2-core VM,
-// after 50 ms idle: about one wake-up in three), and a thread spinning there holds off the one it
-// waits for until the next tick (4 ms measured); a yield hands the core over at once.
+// after 50 ms idle: in 6 of 14 rounds), and a thread spinning there holds off the one it waits for
+// until the next tick (4 ms measured); a yield hands the core over at once.
 constexpr std::chrono::microseconds kSpinBeforeYield{20};
 
 void relax() {
@@ -66,8 +66,9 @@ bool spinUntil(const Ready& ready, Clock::time_point giveUpAt = Clock::time_poin
 // worker when it starts in time; otherwise the caller, once every item is claimed (it took the
 // part's items itself), so that a late worker never holds a call up. Measured on a 2-core VM, where
 // a worker woken late waited on the caller's core: the first 24 calls after 50 ms idle took 10-11
-// ms longer, and a decode step after a pause 3-15 ms longer (0.7-3.5 ms since). A worker that took
-// its part raises `finished` to the ticket when done. Only the workers a call needs are woken.
+// ms longer; the time outside the linears of a decode step after a pause was 5.6 ms (median of 12),
+// 2.0 since. A worker that took its part raises `finished` to the ticket when done. Only the
+// workers a call needs are woken.
 struct alignas(64) Slot {
     std::atomic<uint64_t> ticket{0}, taken{0}, finished{0};
     const std::function<void(int64_t, int64_t)>* work = nullptr;
