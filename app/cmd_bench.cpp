@@ -54,6 +54,7 @@ nlohmann::json reportToJson(const BenchReport& r) {
              {"decode_fraction_of_bound", row.decodeTokensPerSecond / row.boundTokensPerSecond},
              {"decode_step_ms", 1e3 * row.decodeStepSeconds()},
              {"decode_linears_ms", 1e3 * row.decodeLinearsSecondsPerStep},
+             {"decode_rest_ms", 1e3 * row.decodeRestSecondsPerStep},
              {"decode_linears_gb_per_s", row.decodeLinearsBytesPerSecond() / 1e9},
              {"decode_adjacent_read_gb_per_s", row.adjacentReadBytesPerSecond / 1e9},
              {"decode_fraction_of_adjacent_reads", row.decodeFractionOfAdjacentReads}});
@@ -154,17 +155,19 @@ void printReport(const BenchReport& r) {
     std::printf("\n%-5s %-15s %12s %12s %12s %12s %14s %13s\n", "dtype", "kernels", "step ms", "linears ms",
                 "linears GB/s", "rest ms", "adj. read GB/s", "of adj. read");
     for (const auto& row : r.rows) {
-        const double step = 1e3 * row.decodeStepSeconds(), linears = 1e3 * row.decodeLinearsSecondsPerStep;
         std::printf("%-5s %-15s %12.2f %12.2f %12.1f %12.2f %14.1f %12.0f%%\n", row.dtype.c_str(), row.kernels.c_str(),
-                    step, linears, row.decodeLinearsBytesPerSecond() / 1e9, step - linears,
+                    1e3 * row.decodeStepSeconds(), 1e3 * row.decodeLinearsSecondsPerStep,
+                    row.decodeLinearsBytesPerSecond() / 1e9, 1e3 * row.decodeRestSecondsPerStep,
                     row.adjacentReadBytesPerSecond / 1e9, 100.0 * row.decodeFractionOfAdjacentReads);
     }
     std::printf(
-        "A decode step: its linear layers timed alone (the step's calls in its order, weights from memory), and\n"
-        "the rest (norms, RoPE, attention, cache writes, sampling, the threads' hand-offs). adj. read: the read\n"
-        "pass before and after every %lld decode steps, the larger; of adj. read: the steps' weight stream against\n"
-        "it (both the median over the runs): how close decode comes to what the memory gave while it ran.\n",
-        static_cast<long long>(kDecodeStepsBetweenReads));
+        "A decode step (the mean of the decode above): its linear layers timed alone (the step's calls in its\n"
+        "order, weights from memory), and the rest (norms, RoPE, attention, cache writes, sampling, the threads'\n"
+        "hand-offs): a step less its linears timed right after it, both the median over up to %lld such pairs. adj. "
+        "read:\n"
+        "the read pass before and after every %lld decode steps, the larger; of adj. read: the steps' weight stream\n"
+        "against it (both the median over the runs): how close decode comes to what the memory gave while it ran.\n",
+        static_cast<long long>(kStepLinearsPairs), static_cast<long long>(kDecodeStepsBetweenReads));
     if (r.kernelRows.empty()) return;
     std::printf("\n%-5s %-15s %-10s %-10s %5s %7s %7s %10s %10s %10s %8s\n", "dtype", "kernels", "path", "linear",
                 "rows", "in", "out", "ms", "GB/s", "GFLOP/s", "of peak");

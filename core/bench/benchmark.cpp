@@ -27,6 +27,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+double median(std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    const std::size_t half = values.size() / 2;
+    return values.size() % 2 ? values[half] : (values[half - 1] + values[half]) / 2;
+}
+
 double weightBytesPerDecodeStep(const Transformer& model) {
     const Weights& w = model.weights();
     auto bytes = [](const torch::Tensor& t) {
@@ -52,35 +58,46 @@ std::string ensureModel(const BenchOptions& o, const std::function<void(const st
     return dir;
 }
 
-// Decode steps per second from a clone of `cache` (whose last position produced `logits`), after
-// one untimed step.
+// Greedy decode steps from a clone of `cache`, whose last position produced `logits`; the first
+// step is taken here, untimed (it brings the step's code and the pool's threads in).
+class GreedyDecode {
+public:
+    GreedyDecode(const Transformer& model, const KvCache& cache, const torch::Tensor& logits)
+        : gen_(model), cache_(cache.clone()), next_(chooseToken(logits, {}, 0).id) {
+        step();
+    }
+    void step() { next_ = chooseToken(gen_.decodeOne(next_, cache_), {}, 0).id; }
+
+private:
+    Generator gen_;
+    KvCache cache_;
+    int64_t next_;
+};
+
+// Decode steps per second (the mean over `steps`).
 double decodeRate(const Transformer& model, const KvCache& cache, const torch::Tensor& logits, int64_t steps) {
-    Generator gen(model);
-    KvCache c = cache.clone();
-    int64_t next = chooseToken(logits, {}, 0).id;
-    next = chooseToken(gen.decodeOne(next, c), {}, 0).id;
+    GreedyDecode decode(model, cache, logits);
     const auto t0 = Clock::now();
-    for (int64_t i = 0; i < steps; ++i) next = chooseToken(gen.decodeOne(next, c), {}, 0).id;
+    for (int64_t i = 0; i < steps; ++i) decode.step();
     return static_cast<double>(steps) / secondsSince(t0);
 }
 
-// One decode step's linear layers and nothing else, seconds per step (the mean of `steps` after
-// one untimed, as decodeRate takes the mean): every layer's projections for one row, in the order
-// and with the calls a step makes them (the invariant kernels' fused q/k/v and gate/up regions;
-// torch kernels' linear per weight), then the lm_head. The weights come from memory as in a step
-// (the model's are far larger than the caches): the step's weight stream without the work between.
-double decodeLinearsSeconds(const Transformer& model, int64_t steps) {
-    const Weights& w = model.weights();
+// One decode step's linear layers and nothing else: every layer's projections for one row, in the
+// order and with the calls a step makes them (the invariant kernels' fused q/k/v and gate/up
+// regions; torch kernels' linear per weight), then the lm_head. The weights come from memory as in
+// a step (the model's are far larger than the caches): the step's weight stream without the work
+// between.
+std::function<void()> decodeLinearsAlone(const Transformer& model) {
     const ModelConfig& c = model.config();
-    const torch::ScalarType dtype = model.dtype();
-    const bool invariant = model.invariant();
-    auto row = [&](int64_t width) { return torch::randn({1, width}).to(dtype).to(model.device()); };
-    const torch::Tensor hidden = row(c.hiddenSize), heads = row(c.numHeads * c.headDim), mlp = row(c.intermediateSize);
-    auto project = [&](const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
-        return invariant ? kernels::linear(x, weight, bias, dtype, kernels::bestIsa(), model.linearOrder())
-                         : torch::linear(x, weight, bias);
-    };
-    auto step = [&] {
+    auto row = [&](int64_t width) { return torch::randn({1, width}).to(model.dtype()).to(model.device()); };
+    return [&model, hidden = row(c.hiddenSize), heads = row(c.numHeads * c.headDim), mlp = row(c.intermediateSize)] {
+        const Weights& w = model.weights();
+        const torch::ScalarType dtype = model.dtype();
+        const bool invariant = model.invariant();
+        auto project = [&](const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+            return invariant ? kernels::linear(x, weight, bias, dtype, kernels::bestIsa(), model.linearOrder())
+                             : torch::linear(x, weight, bias);
+        };
         for (const LayerWeights& l : w.layers) {
             if (invariant) {
                 kernels::linears(hidden, {{l.wq, l.bq}, {l.wk, l.bk}, {l.wv, l.bv}}, dtype, kernels::bestIsa(),
@@ -98,13 +115,35 @@ double decodeLinearsSeconds(const Transformer& model, int64_t steps) {
             }
             project(mlp, l.wDown, {});
         }
-        if (invariant) return kernels::linear(hidden, w.lmHead, {}, torch::kFloat32);
-        return project(hidden, w.lmHead, {});
+        if (invariant) {
+            kernels::linear(hidden, w.lmHead, {}, torch::kFloat32);
+        } else {
+            project(hidden, w.lmHead, {});
+        }
     };
-    step();
-    const auto t0 = Clock::now();
-    for (int64_t i = 0; i < steps; ++i) step();
-    return secondsSince(t0) / static_cast<double>(steps);
+}
+
+// `pairs` decode steps, each followed at once by its linears alone (decodeLinearsAlone), so that
+// the two see the memory at the same rate (on a VM it moves by half between seconds; timed apart,
+// their difference came out anywhere from -26 to +27 ms): fills row's linears time and the rest of
+// a step, each the median over the pairs.
+void timeStepsAgainstTheirLinears(const Transformer& model, const KvCache& cache, const torch::Tensor& logits,
+                                  int64_t pairs, BenchRow& row) {
+    GreedyDecode decode(model, cache, logits);
+    const std::function<void()> linears = decodeLinearsAlone(model);
+    linears();
+    std::vector<double> linearSeconds, restSeconds;
+    for (int64_t i = 0; i < pairs; ++i) {
+        auto t0 = Clock::now();
+        decode.step();
+        const double step = secondsSince(t0);
+        t0 = Clock::now();
+        linears();
+        linearSeconds.push_back(secondsSince(t0));
+        restSeconds.push_back(step - linearSeconds.back());
+    }
+    row.decodeLinearsSecondsPerStep = median(linearSeconds);
+    row.decodeRestSecondsPerStep = median(restSeconds);
 }
 
 // Forwards per second feeding `ids` one at a time into a fresh cache: how `audit` and `bridge`
@@ -125,12 +164,6 @@ void onSlices(int64_t n, int threads, const Body& body) {
     for (int t = 0; t < threads; ++t)
         pool.emplace_back([&, t] { body(t, slice * t, t + 1 == threads ? n : slice * (t + 1)); });
     for (auto& th : pool) th.join();
-}
-
-double median(std::vector<double> values) {
-    std::sort(values.begin(), values.end());
-    const std::size_t half = values.size() / 2;
-    return values.size() % 2 ? values[half] : (values[half - 1] + values[half]) / 2;
 }
 
 // About `bytes` of floats, rounded down to a multiple of 256 (onSlices' step), on the pages the
@@ -178,8 +211,8 @@ double readPass(const ProbeArray& x, int threads) {
     return best;
 }
 
-// Decode steps from a clone of `cache` (whose last position produced `logits`), after one untimed
-// step, in runs of kDecodeStepsBetweenReads between read passes over an array of `arrayBytes`:
+// Greedy decode steps (GreedyDecode) in runs of kDecodeStepsBetweenReads between read passes over
+// an array of `arrayBytes`:
 // fills row's adjacent-read figures (BenchRow says what they are). The run's best pass is a
 // ceiling; these say how close the steps come to what the memory gave while they ran.
 void decodeBetweenReads(const Transformer& model, const KvCache& cache, const torch::Tensor& logits, int64_t steps,
@@ -193,16 +226,13 @@ void decodeBetweenReads(const Transformer& model, const KvCache& cache, const to
         row.adjacentReadPasses.push_back(readPass(array, threads));
         return row.adjacentReadPasses.back();
     };
-    Generator gen(model);
-    KvCache c = cache.clone();
-    int64_t next = chooseToken(logits, {}, 0).id;
-    next = chooseToken(gen.decodeOne(next, c), {}, 0).id;
+    GreedyDecode decode(model, cache, logits);
     std::vector<double> reads, fractions;
     double before = settledReadPass();
     for (int64_t done = 0; done < steps; done += kDecodeStepsBetweenReads) {
         const int64_t run = std::min(kDecodeStepsBetweenReads, steps - done);
         const auto t0 = Clock::now();
-        for (int64_t i = 0; i < run; ++i) next = chooseToken(gen.decodeOne(next, c), {}, 0).id;
+        for (int64_t i = 0; i < run; ++i) decode.step();
         const double stream = static_cast<double>(run) * row.weightBytesPerToken / secondsSince(t0);
         const double after = settledReadPass(), memory = std::max(before, after);
         reads.push_back(memory);
@@ -235,7 +265,7 @@ BenchRow measureRow(const Transformer& model, const std::vector<int64_t>& prompt
 
     log("decode " + std::to_string(o.decodeTokens) + " tokens (" + label + ")");
     row.decodeTokensPerSecond = decodeRate(model, cache, logits, o.decodeTokens);
-    row.decodeLinearsSecondsPerStep = decodeLinearsSeconds(model, std::min<int64_t>(o.decodeTokens, 8));
+    timeStepsAgainstTheirLinears(model, cache, logits, std::min<int64_t>(o.decodeTokens, kStepLinearsPairs), row);
     log("decode " + std::to_string(o.decodeTokens) + " tokens between read passes (" + label + ")");
     decodeBetweenReads(model, cache, logits, o.decodeTokens, probeArrayBytes, row);
     if (model.numerics().kernels == Kernels::Torch) {

@@ -31,8 +31,10 @@ struct BenchRow {
     double prefillSeconds = 0, prefillTokensPerSecond = 0;
     double decodeTokensPerSecond = 0;
     // A decode step's linear layers alone, timed in the step's order with the step's calls (one row,
-    // weights from memory): the part of a step that streams weights; the rest is everything else.
-    double decodeLinearsSecondsPerStep = 0;
+    // weights from memory): the part of a step that streams weights. The rest is everything else: a
+    // step's time less its linears', the linears timed right after the step (same memory rate).
+    // Each the median over kStepLinearsPairs such pairs; the rest may come out below 0 by noise.
+    double decodeLinearsSecondsPerStep = 0, decodeRestSecondsPerStep = 0;
     double decodeStepSeconds() const { return 1.0 / decodeTokensPerSecond; }
     double decodeLinearsBytesPerSecond() const { return weightBytesPerToken / decodeLinearsSecondsPerStep; }
     double decodeMatrixVectorTokensPerSecond = 0;  // torch kernels with --decode-kernel mv; 0 otherwise
@@ -115,6 +117,9 @@ constexpr int kFirstBandwidthPasses = 5, kLaterBandwidthPasses = 2;
 // the memory's rate holds over it (it moves by half between seconds on a VM), long enough (4 bf16
 // steps of a 0.5B model: ~0.12 s) that the passes around it take a fifth of the time.
 constexpr int64_t kDecodeStepsBetweenReads = 4;
+// Decode steps each timed against its linears alone (BenchRow::decodeLinearsSecondsPerStep), at
+// most --decode-tokens of them.
+constexpr int64_t kStepLinearsPairs = 8;
 
 // The invariant kernels' multiply-adds per second from registers, on as many threads as libtorch
 // computes with, in the pair order or the 16-lane order; best of `passes`, FLOP per second.

@@ -94,6 +94,8 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
               "decode_fraction_of_bound", "prefill_over_rebuild", "decode_step_ms", "decode_linears_ms",
               "decode_linears_gb_per_s", "decode_adjacent_read_gb_per_s", "decode_fraction_of_adjacent_reads"})
             EXPECT_GT(row[key].get<double>(), 0.0) << key << " " << row.dump();
+        // A step less its linears, timed in pairs: a time, below 0 only by noise.
+        EXPECT_TRUE(row["decode_rest_ms"].is_number()) << row.dump();
         // The passes around the decode runs count towards the run's best read.
         EXPECT_LE(row["decode_adjacent_read_gb_per_s"].get<double>(), j["read_bandwidth_gb_per_s"].get<double>())
             << row.dump();
