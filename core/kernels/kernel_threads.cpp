@@ -47,7 +47,8 @@ template <typename Ready>
 bool spinUntil(const Ready& ready, Clock::time_point giveUpAt = Clock::time_point::max()) {
     const auto yieldAt = Clock::now() + kSpinBeforeYield;
     bool yielding = false;
-    for (int spins = 0;; ++spins) {
+    // Unsigned: a wait for a long part counts spins for as long as it takes, and wraps harmlessly.
+    for (uint32_t spins = 0;; ++spins) {
         if (ready()) return true;
         if (spins % 256 == 255) {
             const auto now = Clock::now();
