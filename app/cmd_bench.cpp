@@ -163,10 +163,10 @@ void printReport(const BenchReport& r) {
     std::printf(
         "A decode step (the mean of the decode above): its linear layers timed alone (the step's calls in its\n"
         "order, weights from memory), and the rest (norms, RoPE, attention, cache writes, sampling, the threads'\n"
-        "hand-offs): a step less its linears timed right after it, both the median over up to %lld such pairs. adj. "
-        "read:\n"
-        "the read pass before and after every %lld decode steps, the larger; of adj. read: the steps' weight stream\n"
-        "against it (both the median over the runs): how close decode comes to what the memory gave while it ran.\n",
+        "hand-offs): a step less its linears timed right after it, both the median over up to %lld such pairs.\n"
+        "adj. read: the read pass before and after every %lld decode steps, the larger; of adj. read: the steps'\n"
+        "weight stream against it (both the median over the runs): how close decode comes to what the memory\n"
+        "gave while it ran.\n",
         static_cast<long long>(kStepLinearsPairs), static_cast<long long>(kDecodeStepsBetweenReads));
     if (r.kernelRows.empty()) return;
     std::printf("\n%-5s %-15s %-10s %-10s %5s %7s %7s %10s %10s %10s %8s\n", "dtype", "kernels", "path", "linear",
