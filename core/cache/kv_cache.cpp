@@ -5,8 +5,33 @@
 #include "core/util/error.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace kvscope {
+
+namespace {
+// Writes rows [0, S) of `from` [KV, S, D] at rows [at, at+S) of `to` [KV, capacity, D]. On the CPU,
+// where each row's D elements are contiguous in the cache's dtype, row by row with memcpy: torch's
+// copy_ of a decode step's two KV heads cost 8-19 us a layer, its code and bookkeeping evicted from
+// the caches by the step's weight stream (a bf16 step's cache writes: 0.21 -> 0.04 ms, Zen 4 VM).
+void writeRows(const torch::Tensor& from, torch::Tensor& to, int64_t at) {
+    const int64_t KV = from.size(0), S = from.size(1), D = from.size(2);
+    const bool rowsCopy = from.is_cpu() && to.is_cpu() && from.scalar_type() == to.scalar_type() &&
+                          from.stride(2) == 1 && to.is_contiguous() && to.size(0) == KV && to.size(2) == D;
+    if (!rowsCopy) {
+        to.narrow(1, at, S).copy_(from);
+        return;
+    }
+    const int64_t element = from.element_size(), capacity = to.size(1);
+    const auto* src = static_cast<const char*>(from.data_ptr());
+    auto* dst = static_cast<char*>(to.data_ptr());
+    for (int64_t h = 0; h < KV; ++h)
+        for (int64_t s = 0; s < S; ++s)
+            std::memcpy(dst + (h * capacity + at + s) * D * element,
+                        src + (h * from.stride(0) + s * from.stride(1)) * element,
+                        static_cast<std::size_t>(D * element));
+}
+}  // namespace
 
 KvCache::KvCache(int64_t numLayers, int64_t numKvHeads, int64_t headDim, torch::ScalarType dtype, torch::Device device,
                  int64_t initialCapacity)
@@ -49,8 +74,8 @@ void KvCache::write(int64_t layer, const torch::Tensor& k, const torch::Tensor& 
     checkLayer(layer);
     const int64_t steps = k.size(1);
     if (length() + steps > capacity_) throw UsageError("KV cache write past capacity; call reserve() first");
-    keys_[layer].narrow(1, length(), steps).copy_(k);
-    values_[layer].narrow(1, length(), steps).copy_(v);
+    writeRows(k, keys_[layer], length());
+    writeRows(v, values_[layer], length());
 }
 
 torch::Tensor KvCache::keys(int64_t layer, int64_t upTo) const {

@@ -213,6 +213,32 @@ TEST(Constructions, ParseAndSchedules) {
         EXPECT_THROW(Construction::parse(bad), UsageError) << bad;
 }
 
+// The forward writes K and V as transposed views ([S, KV, D] memory read as [KV, S, D]); the rows
+// must land at the cache's length, in either dtype, across a regrowth, and leave other rows alone.
+TEST(KvCacheWrite, StridedRowsLandAtTheCacheLength) {
+    for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+        KvCache cache(/*numLayers=*/2, /*numKvHeads=*/3, /*headDim=*/8, dtype, torch::kCPU, /*initialCapacity=*/4);
+        std::vector<torch::Tensor> keys, values;  // what each write put in layer 1, [KV, S, D]
+        for (const int64_t S : {3, 1, 5}) {  // 3 + 1 fit the first 4 slots; 5 more make it grow
+            cache.reserve(cache.length() + S);
+            const torch::Tensor k = torch::randn({S, 3, 8}).to(dtype).transpose(0, 1);  // [KV, S, D], strided
+            const torch::Tensor v = torch::randn({S, 3, 8}).to(dtype).transpose(0, 1);
+            for (int64_t l = 0; l < 2; ++l) cache.write(l, k, v);
+            keys.push_back(k);
+            values.push_back(v);
+            cache.commit(std::vector<int64_t>(static_cast<std::size_t>(S), 7));
+        }
+        EXPECT_TRUE(torch::equal(cache.layerKeys(1), torch::cat(keys, 1)));
+        EXPECT_TRUE(torch::equal(cache.layerValues(1), torch::cat(values, 1)));
+        EXPECT_TRUE(torch::equal(cache.layerKeys(0), cache.layerKeys(1)));
+        const int64_t spare = cache.capacity() - cache.length();
+        ASSERT_GT(spare, 0);
+        // Spare slots are zero (the grown cache's own), never written past the new rows.
+        const torch::Tensor allKeys = cache.keys(1, cache.capacity());
+        EXPECT_EQ(allKeys.narrow(1, cache.length(), spare).abs().sum().item<double>(), 0.0);
+    }
+}
+
 TEST(Fingerprints, StableAndSensitiveToEveryBit) {
     Transformer m = Transformer::load(test::tinyModel("qwen2"), torch::kBFloat16, torch::kCPU);
     KvCache a = buildLiveCache(m, kPrompt, 4), b = buildLiveCache(m, kPrompt, 4);
