@@ -21,6 +21,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The most items one run of the pool covers: a part's bounds are packed in 32 bits each (Remainder).
+constexpr int64_t kMaxItemsPerCall = int64_t{1} << 31;
+
 // How long an idle worker spins before it sleeps: longer than the gaps inside a decode step and
 // between two steps (choosing a token over a 152k vocabulary takes ~1-2 ms), short enough that an
 // idle program gives its cores back at once to a person's eye.
@@ -89,7 +92,8 @@ struct alignas(64) Slot {
 };
 
 // What is left of one part, [next, end), packed in one word so that its owner (from the front) and
-// another thread done with its own part (from the back) claim items with one compare-and-swap.
+// another thread done with its own part (from the back) claim items with one compare-and-swap
+// (parallelFor runs a call of more than kMaxItemsPerCall items as several).
 struct alignas(64) Remainder {
     std::atomic<uint64_t> span{0};
 
@@ -124,9 +128,9 @@ public:
         const int64_t chunk = (n + parts - 1) / parts;
         parts = (n + chunk - 1) / chunk;  // no empty part
         grow(static_cast<std::size_t>(parts - 1));
-        // Without stealing (or with too many items to pack) each part is one piece for its owner.
+        // Without stealing each part is one piece for its owner.
         parts_ = parts;
-        piece_ = steal > 0 && n < (int64_t{1} << 31) ? steal : chunk;
+        piece_ = steal > 0 ? steal : chunk;
         for (int64_t p = 0; p < parts; ++p)
             remainders_[static_cast<std::size_t>(p)].reset(p * chunk, std::min(n, (p + 1) * chunk));
         ++generation_;
@@ -218,7 +222,10 @@ void parallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int
     if (n <= 0) return;
     // Never destroyed: detached workers may still be spinning on it while the process exits.
     static Pool* const pool = new Pool;
-    pool->run(n, grain, steal, work);
+    if (n <= kMaxItemsPerCall) return pool->run(n, grain, steal, work);
+    for (int64_t base = 0; base < n; base += kMaxItemsPerCall)
+        pool->run(std::min(kMaxItemsPerCall, n - base), grain, steal,
+                  [&](int64_t begin, int64_t end) { work(base + begin, base + end); });
 }
 
 }  // namespace kvscope::kernels

@@ -27,7 +27,9 @@ namespace kvscope::kernels {
 
 // Runs work(begin, end) over [0, n) in at most at::get_num_threads() contiguous parts (none of fewer
 // than `grain` items, so small n runs on the calling thread), the caller computing the first part.
-// Returns when every part is done; an exception from a part is rethrown here (the first one).
+// (More than 2^31 items run as several such calls, one after another: the pool packs a part's
+// bounds in 32 bits each.) Returns when every part is done; an exception from a part is rethrown
+// here (the first one).
 // One caller at a time uses the pool: a call made while another is running (a second model in
 // another thread, or a call from inside a part) runs whole on its own thread, with the same bits.
 // With steal > 0 each thread computes its part in ranges of half what is left of it (at least

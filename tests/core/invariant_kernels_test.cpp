@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -464,6 +465,34 @@ TEST(KernelThreads, EveryIndexOnceInContiguousPartsOnAtMostTheThreadCount) {
                 }
             }
         }
+    }
+    at::set_num_threads(before);
+}
+
+// A part's bounds are packed in 32 bits: a call of more items than that (the elementwise ops of a
+// very long prefill of a large model could reach it) still covers each index once, in both modes.
+TEST(KernelThreads, ACallOfMoreItemsThan32BitsHoldCoversThemAll) {
+    const int before = at::get_num_threads();
+    at::set_num_threads(2);
+    const int64_t n = (int64_t{1} << 32) + 5;
+    for (const int64_t steal : {int64_t{0}, int64_t{1} << 29}) {
+        std::mutex mutex;
+        std::vector<std::pair<int64_t, int64_t>> ranges;
+        kernels::parallelFor(
+            n, 1,
+            [&](int64_t begin, int64_t end) {
+                const std::lock_guard<std::mutex> lock(mutex);
+                ranges.emplace_back(begin, end);
+            },
+            steal);
+        std::sort(ranges.begin(), ranges.end());
+        int64_t covered = 0;
+        for (const auto& [begin, end] : ranges) {
+            ASSERT_EQ(begin, covered) << "steal=" << steal;
+            ASSERT_LT(begin, end);
+            covered = end;
+        }
+        EXPECT_EQ(covered, n) << "steal=" << steal;
     }
     at::set_num_threads(before);
 }
