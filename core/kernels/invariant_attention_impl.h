@@ -158,11 +158,12 @@ void sumValuesOfRest(int64_t count, float* const* weights, const Element* values
     }
 }
 
-// Keys the score loop fetches ahead of the tile it reads. A decode step finds its layer's keys in
-// memory (the step's weight stream has evicted them since the last step), and the loop's pace,
-// R x 4 dot products a tile, was too slow for the hardware prefetcher to run far enough ahead: with
-// 32 keys ahead, attention (the cache write apart) went from 0.93-0.98 to 0.82-0.86 ms a bf16 step at
-// 512 keys (Zen 4 VM, the two interleaved in one process; 16 and 64 keys ahead gained no more).
+// Keys a decode step's score loop fetches ahead of the tile it reads. The step finds its layer's
+// keys in memory (the step's weight stream has evicted them since the last step), and the loop's
+// pace, R x 4 dot products a tile, was too slow for the hardware prefetcher to run far enough ahead:
+// with 32 keys ahead, attention (the cache write apart) went from 0.93-0.98 to 0.82-0.86 ms a bf16
+// step at 512 keys (Zen 4 VM, the two interleaved in one process; 16 and 64 keys ahead gained no
+// more). A prefill's queries read the same keys one group after another, from the caches.
 constexpr int64_t kKeysAhead = 32;
 
 // Fetches key rows [from, to) into L1.
@@ -195,8 +196,9 @@ void attentionGroup(const AttentionArgs<Element>& a, int64_t s, int64_t h0, int6
     }
 
     constexpr int kKeys = 4;  // keys per tile: R x 4 independent accumulators
+    const bool fetchAhead = a.S == 1;  // a decode step (kKeysAhead); a prefill's queries share the keys
     for (int64_t t = 0; t < n; t += kKeys) {
-        prefetchKeys(keys, D, t + kKeysAhead, smaller(t + kKeysAhead + kKeys, n));
+        if (fetchAhead) prefetchKeys(keys, D, t + kKeysAhead, smaller(t + kKeysAhead + kKeys, n));
         const Element* kp[kKeys];
         for (int c = 0; c < kKeys; ++c) kp[c] = keys + smaller(t + c, n - 1) * D;
         float tile[R * kKeys];
