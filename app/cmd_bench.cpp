@@ -140,8 +140,11 @@ void printReport(const BenchReport& r) {
                     100.0 * row.decodeTokensPerSecond / row.boundTokensPerSecond);
     }
     std::printf(
-        "\ndecode mv: torch kernels with --decode-kernel mv, same run. rebuild: the prompt's first ids fed one\n"
-        "forward per token (how audit and bridge rebuild torch-kernel trajectories); pf/rebld = prefill over it.\n");
+        "\ndecode: greedy steps after the prefill, in runs of %lld between read passes of the bound (the steps'\n"
+        "time alone). decode mv: the same with torch kernels and --decode-kernel mv. rebuild: the prompt's first\n"
+        "ids fed one forward per token (how audit and bridge rebuild torch-kernel trajectories); pf/rebld =\n"
+        "prefill over it.\n",
+        static_cast<long long>(kDecodeStepsBetweenReads));
     std::string onHugePages;  // one figure per dtype: its kernel rows share the loaded weights
     for (std::size_t i = 0; i < r.rows.size(); ++i) {
         const BenchRow& row = r.rows[i];
@@ -164,9 +167,9 @@ void printReport(const BenchReport& r) {
         "A decode step (the mean of the decode above): its linear layers timed alone (the step's calls in its\n"
         "order, weights from memory), and the rest (norms, RoPE, attention, cache writes, sampling, the threads'\n"
         "hand-offs): a step less its linears timed right after it, both the median over up to %lld such pairs.\n"
-        "adj. read: the read pass before and after every %lld decode steps, the larger; of adj. read: the steps'\n"
-        "weight stream against it (both the median over the runs): how close decode comes to what the memory\n"
-        "gave while it ran.\n",
+        "adj. read: the read passes before and after each run of %lld decode steps, the larger; of adj. read: the\n"
+        "run's weight stream against it (both the median over the runs): how close decode comes to what the\n"
+        "memory gave while it ran.\n",
         static_cast<long long>(kStepLinearsPairs), static_cast<long long>(kDecodeStepsBetweenReads));
     if (r.kernelRows.empty()) return;
     std::printf("\n%-5s %-15s %-10s %-10s %5s %7s %7s %10s %10s %10s %8s\n", "dtype", "kernels", "path", "linear",

@@ -74,14 +74,6 @@ private:
     int64_t next_;
 };
 
-// Decode steps per second (the mean over `steps`).
-double decodeRate(const Transformer& model, const KvCache& cache, const torch::Tensor& logits, int64_t steps) {
-    GreedyDecode decode(model, cache, logits);
-    const auto t0 = Clock::now();
-    for (int64_t i = 0; i < steps; ++i) decode.step();
-    return static_cast<double>(steps) / secondsSince(t0);
-}
-
 // One decode step's linear layers and nothing else: every layer's projections for one row, in the
 // order and with the calls a step makes them (the invariant kernels' fused q/k/v and gate/up
 // regions; torch kernels' linear per weight), then the lm_head. The weights come from memory as in
@@ -211,36 +203,45 @@ double readPass(const ProbeArray& x, int threads) {
     return best;
 }
 
-// Greedy decode steps (GreedyDecode) in runs of kDecodeStepsBetweenReads between read passes over
-// an array of `arrayBytes`:
-// fills row's adjacent-read figures (BenchRow says what they are). The run's best pass is a
-// ceiling; these say how close the steps come to what the memory gave while they ran.
-void decodeBetweenReads(const Transformer& model, const KvCache& cache, const torch::Tensor& logits, int64_t steps,
-                        std::size_t arrayBytes, BenchRow& row) {
+// Greedy decode steps (GreedyDecode) in runs of kDecodeStepsBetweenReads, each run between two read
+// passes over `array`, whose figures count towards the run's bound (`passes`). Every timed step is
+// thus bracketed by passes a few steps away: timed as one window of 32 steps instead, a bf16 decode
+// came out at 113% of the bound (23 ms a step, when every pass of the run and the steps a second
+// later saw the usual 31-38 GB/s: the window had caught a fast phase of the VM's memory alone).
+struct DecodeRuns {
+    double tokensPerSecond = 0;  // every run's steps over their time (the passes and pauses apart)
+    // The memory's read rate around each run (the larger of its two passes) and the run's weight
+    // stream as a fraction of it, each the median over the runs.
+    double adjacentRead = 0, fractionOfAdjacentReads = 0;
+};
+DecodeRuns decodeBetweenReads(const Transformer& model, const KvCache& cache, const torch::Tensor& logits,
+                              int64_t steps, double weightBytesPerToken, const ProbeArray& array,
+                              std::vector<double>& passes) {
     const int threads = std::max(1, at::get_num_threads());
-    const ProbeArray array(arrayBytes, threads, 1.0f);
     // Before a pass, the threads of the step's kernels go to sleep (kernel_threads.cpp spins 5 ms;
     // OpenBLAS's threads yield): spinning, they would take a core from the probe.
     auto settledReadPass = [&] {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        row.adjacentReadPasses.push_back(readPass(array, threads));
-        return row.adjacentReadPasses.back();
+        passes.push_back(readPass(array, threads));
+        return passes.back();
     };
     GreedyDecode decode(model, cache, logits);
     std::vector<double> reads, fractions;
+    double seconds = 0;
     double before = settledReadPass();
     for (int64_t done = 0; done < steps; done += kDecodeStepsBetweenReads) {
         const int64_t run = std::min(kDecodeStepsBetweenReads, steps - done);
         const auto t0 = Clock::now();
         for (int64_t i = 0; i < run; ++i) decode.step();
-        const double stream = static_cast<double>(run) * row.weightBytesPerToken / secondsSince(t0);
+        const double runSeconds = secondsSince(t0);
+        seconds += runSeconds;
+        const double stream = static_cast<double>(run) * weightBytesPerToken / runSeconds;
         const double after = settledReadPass(), memory = std::max(before, after);
         reads.push_back(memory);
         fractions.push_back(stream / memory);
         before = after;
     }
-    row.adjacentReadBytesPerSecond = median(reads);
-    row.decodeFractionOfAdjacentReads = median(fractions);
+    return {static_cast<double>(steps) / seconds, median(reads), median(fractions)};
 }
 
 BenchRow measureRow(const Transformer& model, const std::vector<int64_t>& prompt, const BenchOptions& o,
@@ -263,16 +264,23 @@ BenchRow measureRow(const Transformer& model, const std::vector<int64_t>& prompt
     row.prefillSeconds = secondsSince(t0);
     row.prefillTokensPerSecond = static_cast<double>(prompt.size()) / row.prefillSeconds;
 
-    log("decode " + std::to_string(o.decodeTokens) + " tokens (" + label + ")");
-    row.decodeTokensPerSecond = decodeRate(model, cache, logits, o.decodeTokens);
-    timeStepsAgainstTheirLinears(model, cache, logits, std::min<int64_t>(o.decodeTokens, kStepLinearsPairs), row);
     log("decode " + std::to_string(o.decodeTokens) + " tokens between read passes (" + label + ")");
-    decodeBetweenReads(model, cache, logits, o.decodeTokens, probeArrayBytes, row);
+    const ProbeArray array(probeArrayBytes, std::max(1, at::get_num_threads()), 1.0f);
+    const DecodeRuns runs = decodeBetweenReads(model, cache, logits, o.decodeTokens, row.weightBytesPerToken, array,
+                                               row.adjacentReadPasses);
+    row.decodeTokensPerSecond = runs.tokensPerSecond;
+    row.adjacentReadBytesPerSecond = runs.adjacentRead;
+    row.decodeFractionOfAdjacentReads = runs.fractionOfAdjacentReads;
+    timeStepsAgainstTheirLinears(model, cache, logits, std::min<int64_t>(o.decodeTokens, kStepLinearsPairs), row);
     if (model.numerics().kernels == Kernels::Torch) {
         Numerics matrixVector;
         matrixVector.matrixVectorDecode = true;  // the same weight tensors, other decode kernels
         const Transformer mv(model.config(), model.weights(), model.dtype(), model.device(), matrixVector);
-        row.decodeMatrixVectorTokensPerSecond = decodeRate(mv, cache, logits, o.decodeTokens);
+        log("decode " + std::to_string(o.decodeTokens) + " tokens with --decode-kernel mv (" + label + ")");
+        row.decodeMatrixVectorTokensPerSecond =
+            decodeBetweenReads(mv, cache, logits, o.decodeTokens, row.weightBytesPerToken, array,
+                               row.adjacentReadPasses)
+                .tokensPerSecond;
     }
     const int64_t rebuilt = std::min<int64_t>(o.rebuildTokens, static_cast<int64_t>(prompt.size()));
     log("rebuild " + std::to_string(rebuilt) + " ids token by token (" + label + ")");

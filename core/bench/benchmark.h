@@ -29,6 +29,9 @@ struct BenchOptions {
 struct BenchRow {
     std::string dtype, kernels;
     double prefillSeconds = 0, prefillTokensPerSecond = 0;
+    // Greedy steps in runs of kDecodeStepsBetweenReads between read passes that count towards the
+    // bound, so that the memory is probed within a few steps of each timed one: all the runs' steps
+    // over their time.
     double decodeTokensPerSecond = 0;
     // A decode step's linear layers alone, timed in the step's order with the step's calls (one row,
     // weights from memory): the part of a step that streams weights. The rest is everything else: a
@@ -41,11 +44,10 @@ struct BenchRow {
     double rebuildTokensPerSecond = 0;   // the prompt's first ids fed one forward per token
     double weightBytesPerToken = 0;      // bytes of weights one decode step must read
     double boundTokensPerSecond = 0;     // bandwidth / weightBytesPerToken
-    // Decode steps in runs of kDecodeStepsBetweenReads, each run between two read passes of the
-    // bandwidth probe: the memory's read rate around a run (the larger of its two passes) and the
-    // steps' weight stream as a fraction of it, each the median over the runs. The passes count
-    // towards the run's bound too (adjacentReadPasses).
+    // Of those runs of decode steps: the memory's read rate around a run (the larger of its two
+    // passes) and the steps' weight stream as a fraction of it, each the median over the runs.
     double adjacentReadBytesPerSecond = 0, decodeFractionOfAdjacentReads = 0;
+    // Every pass around the row's decode runs (those of decode mv too): they count towards the bound.
     std::vector<double> adjacentReadPasses;
     // How much of the weights the kernel put on 2 MiB pages (the process's AnonHugePages grown by the
     // load, util/huge_pages.h); -1 where the kernel does not say.
@@ -113,9 +115,9 @@ std::size_t physicalMemoryBytes();
 // under-reads a machine whose prefetchers keep few misses in flight per stream).
 Bandwidth measureBandwidth(std::size_t bytesPerArray, int passes = 5);
 constexpr int kFirstBandwidthPasses = 5, kLaterBandwidthPasses = 2;
-// A decode run between two read passes (BenchRow::adjacentReadBytesPerSecond): short enough that
-// the memory's rate holds over it (it moves by half between seconds on a VM), long enough (4 bf16
-// steps of a 0.5B model: ~0.12 s) that the passes around it take a fifth of the time.
+// A decode run between two read passes (BenchRow::decodeTokensPerSecond): short enough that the
+// memory's rate holds over it (it moves by half between seconds on a VM), long enough (4 bf16 steps
+// of a 0.5B model: ~0.12 s) that the passes around it take a fifth of the time.
 constexpr int64_t kDecodeStepsBetweenReads = 4;
 // Decode steps each timed against its linears alone (BenchRow::decodeLinearsSecondsPerStep), at
 // most --decode-tokens of them.
