@@ -13,11 +13,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cmath>
 #include <cstring>
-#include <mutex>
-#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -435,145 +432,8 @@ TEST(InvariantKernels, FusedCastsRoundAsTorchsOpsDo) {
     }
 }
 
-// The kernels' own thread pool: every index once, in contiguous parts of at least `grain`, on as
-// many threads as --threads; a failure reaches the caller; a call from inside a part, or from a
-// second thread while the pool is busy, runs whole on its caller's thread and still covers everything.
-TEST(KernelThreads, EveryIndexOnceInContiguousPartsOnAtMostTheThreadCount) {
-    const int before = at::get_num_threads();
-    for (const int threads : {1, 2, 3}) {
-        at::set_num_threads(threads);
-        for (const int64_t n : {1, 2, 5, 14, 18, 152, 2374}) {
-            for (const int64_t grain : {1, 4, 4096}) {
-                for (const int64_t steal : {0, 1, 3}) {
-                    std::vector<std::atomic<int>> seen(static_cast<std::size_t>(n));
-                    std::atomic<int> parts{0};
-                    kernels::parallelFor(
-                        n, grain,
-                        [&](int64_t begin, int64_t end) {
-                            ++parts;
-                            EXPECT_LT(begin, end);
-                            for (int64_t i = begin; i < end; ++i) ++seen[static_cast<std::size_t>(i)];
-                        },
-                        steal);
-                    for (int64_t i = 0; i < n; ++i)
-                        ASSERT_EQ(seen[static_cast<std::size_t>(i)], 1)
-                            << "n=" << n << " i=" << i << " steal=" << steal;
-                    if (steal == 0) {  // with stealing, a part may come in several calls
-                        EXPECT_LE(parts, std::min<int64_t>(threads, (n + grain - 1) / grain))
-                            << "n=" << n << " grain=" << grain;
-                    }
-                }
-            }
-        }
-    }
-    at::set_num_threads(before);
-}
-
-// A part's bounds are packed in 32 bits: a call of more items than that (the elementwise ops of a
-// very long prefill of a large model could reach it) still covers each index once, in both modes.
-TEST(KernelThreads, ACallOfMoreItemsThan32BitsHoldCoversThemAll) {
-    const int before = at::get_num_threads();
-    at::set_num_threads(2);
-    const int64_t n = (int64_t{1} << 32) + 5;
-    for (const int64_t steal : {int64_t{0}, int64_t{1} << 29}) {
-        std::mutex mutex;
-        std::vector<std::pair<int64_t, int64_t>> ranges;
-        kernels::parallelFor(
-            n, 1,
-            [&](int64_t begin, int64_t end) {
-                const std::lock_guard<std::mutex> lock(mutex);
-                ranges.emplace_back(begin, end);
-            },
-            steal);
-        std::sort(ranges.begin(), ranges.end());
-        int64_t covered = 0;
-        for (const auto& [begin, end] : ranges) {
-            ASSERT_EQ(begin, covered) << "steal=" << steal;
-            ASSERT_LT(begin, end);
-            covered = end;
-        }
-        EXPECT_EQ(covered, n) << "steal=" << steal;
-    }
-    at::set_num_threads(before);
-}
-
-// A thread done with its part takes the rest of a slower one's, from its end; without stealing,
-// never once its owner has started it. Here the caller's part (the first half) is slow.
-TEST(KernelThreads, AThreadDoneEarlyTakesTheRestOfASlowerPartOnlyWhenAsked) {
-    const int before = at::get_num_threads();
-    at::set_num_threads(2);
-    const std::thread::id caller = std::this_thread::get_id();
-    for (const int64_t steal : {0, 1}) {
-        std::vector<std::thread::id> ranOn(40);
-        kernels::parallelFor(
-            40, 1,
-            [&](int64_t begin, int64_t end) {
-                for (int64_t i = begin; i < end; ++i) {
-                    ranOn[static_cast<std::size_t>(i)] = std::this_thread::get_id();
-                    if (std::this_thread::get_id() == caller) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-                }
-            },
-            steal);
-        const auto firstHalfElsewhere =
-            std::count_if(ranOn.begin(), ranOn.begin() + 20, [&](std::thread::id id) { return id != caller; });
-        if (steal == 0) {
-            EXPECT_EQ(firstHalfElsewhere, 0);
-        } else {
-            EXPECT_GT(firstHalfElsewhere, 0);
-        }
-        EXPECT_EQ(std::count(ranOn.begin(), ranOn.end(), std::thread::id{}), 0);
-    }
-    at::set_num_threads(before);
-}
-
-// A worker asleep (idle for longer than it spins) wakes in tens of microseconds; the caller's part
-// here takes nanoseconds, so the caller finds the worker's part not started and computes it too,
-// instead of waiting for the worker (what a worker the scheduler woke behind the caller, on its own
-// core, cost in time slices). Tried several times: a wake-up faster than the caller once is no failure.
-TEST(KernelThreads, TheCallerComputesAPartWhoseWorkerHasNotStartedInsteadOfWaiting) {
-    const int before = at::get_num_threads();
-    at::set_num_threads(2);
-    const std::thread::id caller = std::this_thread::get_id();
-    int callerRanEverything = 0;
-    for (int attempt = 0; attempt < 10 && callerRanEverything == 0; ++attempt) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the worker spins 5 ms, then sleeps
-        std::vector<std::thread::id> ranOn(2);
-        kernels::parallelFor(2, 1, [&](int64_t begin, int64_t end) {
-            for (int64_t i = begin; i < end; ++i) ranOn[static_cast<std::size_t>(i)] = std::this_thread::get_id();
-        });
-        callerRanEverything += ranOn[0] == caller && ranOn[1] == caller;
-    }
-    EXPECT_EQ(callerRanEverything, 1);
-    // The worker the caller left out takes its parts of the calls that follow.
-    std::vector<std::thread::id> ranOn(400);
-    kernels::parallelFor(400, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-            ranOn[static_cast<std::size_t>(i)] = std::this_thread::get_id();
-            if (std::this_thread::get_id() == caller) std::this_thread::sleep_for(std::chrono::microseconds(50));
-        }
-    });
-    EXPECT_GT(std::count_if(ranOn.begin(), ranOn.end(), [&](std::thread::id id) { return id != caller; }), 0);
-    at::set_num_threads(before);
-}
-
-TEST(KernelThreads, AFailingPartReachesTheCallerAndThePoolKeepsWorking) {
-    const int before = at::get_num_threads();
-    at::set_num_threads(2);
-    for (const int64_t failing : {0, 99}) {  // the caller's own part, then a worker's
-        EXPECT_THROW(kernels::parallelFor(100, 1,
-                                          [&](int64_t begin, int64_t end) {
-                                              if (begin <= failing && failing < end) throw std::runtime_error("part");
-                                          }),
-                     std::runtime_error);
-    }
-    std::atomic<int64_t> sum{0};
-    kernels::parallelFor(100, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) sum += i;
-    });
-    EXPECT_EQ(sum, 4950);
-    at::set_num_threads(before);
-}
-
+// The pool under the kernels: a call from inside a part, or two threads computing linears at once,
+// runs whole on its caller's thread, with the same bits (kernel_threads_test.cpp tests the pool).
 TEST(KernelThreads, NestedAndConcurrentCallsRunOnTheirOwnThread) {
     const int before = at::get_num_threads();
     at::set_num_threads(2);
