@@ -9,7 +9,9 @@
 //   V::roundBf16(v) = v rounded to bf16 as c10::BFloat16 does, v.storeBf16(uint16_t*) its top halves,
 //   V::pow2(n) = 2^n for integral n in [-126, 127], V::zeroBelow(x, limit, y) = x < limit ? 0 : y,
 //   V::kRows x V::kCols: the tile of (rows x outputs) accumulators that fits its registers,
-//   V::kDecodeCols, V::kDecodePairCols: outputs per tile for a single row, in either order, and
+//   V::kDecodeCols, V::kDecodePairCols: outputs per tile for a single row, in either order,
+//   V::kDecodePairFetchesAhead: whether such a tile in the pair order fetches the next tile's
+//   weights ahead itself (the 16-lane order's always do), and
 //   V::kDecodeStreams: how many runs of such tiles a thread reads side by side,
 //   V::kValueRows: how many queries' attention sums (4 chains each) fit its registers at once,
 //   V::kPanelFromRows: from how many rows linear runs as panelLinear (0: never), V::kPanelForPairs:
@@ -135,8 +137,9 @@ constexpr int64_t kPrefetchIntoL1Bytes = 16 << 10;
 
 // out[r * C + c] = dot(x[r], w[c]) over n elements, R x C dot products sharing each load, in the
 // order of Steps. With `prefetch`, the C * n elements from there are fetched towards the cache along
-// the way, at the pace the tile reads its own (a decode step's next weight rows: each row alone is
-// too short a stream for the hardware prefetcher to ramp up, which halved the bandwidth from memory).
+// the way, at the pace the tile reads its own (a decode step's next weight rows, where a tile reads
+// several side by side: each is too short a stream for the hardware prefetcher to ramp up, which
+// halved the bandwidth from memory).
 template <typename V, int R, int C, typename Steps, typename XElement, typename WElement>
 void dotTile(const XElement* const* x, const WElement* const* w, int64_t n, float* out,
              const WElement* prefetch = nullptr) {
@@ -185,8 +188,9 @@ void dotTile(const XElement* const* x, const WElement* const* w, int64_t n, floa
 //
 // A single row (a decode step) reads each weight once, from memory: there the outputs are taken as
 // V::kDecodeStreams interleaved runs of tiles, so that each thread keeps that many sequential streams
-// in flight (the instruction-set files say what each path measured best with).
-template <typename V, int R, int C, typename Steps, typename XElement, typename Element>
+// in flight, and with FetchAhead each tile fetches the next one's weights as it goes (the
+// instruction-set files say what each path measured best with).
+template <typename V, int R, int C, typename Steps, bool FetchAhead = true, typename XElement, typename Element>
 void linearTiles(const XElement* x, int64_t rows, int64_t in, const Element* w, float* y, int64_t yStride, int64_t o0,
                  int64_t o1) {
     constexpr int64_t kRowBlock = 64;
@@ -203,7 +207,7 @@ void linearTiles(const XElement* x, int64_t rows, int64_t in, const Element* w, 
             for (int c = 0; c < C; ++c) wp[c] = w + smaller(o + c, o1 - 1) * in;
             // Rows are contiguous: the stream's next tile reads the weights after this one's. Only
             // a single row fetches them ahead (more rows reuse them from the cache).
-            const Element* next = rows == 1 && o + 2 * C <= streamEnd ? w + (o + C) * in : nullptr;
+            const Element* next = FetchAhead && rows == 1 && o + 2 * C <= streamEnd ? w + (o + C) * in : nullptr;
             for (int64_t r = rb; r < rowEnd; r += R) {
                 const XElement* xp[R];
                 for (int j = 0; j < R; ++j) xp[j] = x + smaller(r + j, rowEnd - 1) * in;
@@ -443,7 +447,7 @@ void linearPairs(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w,
         if (rows >= kPairPanelFromRows) return panelLinear<V, PairLanes<V>>(x, rows, in, w, y, yStride, o0, o1);
     }
     if (rows >= V::kRows) return linearTiles<V, V::kRows, V::kCols, PairSteps<V>>(x, rows, in, w, y, yStride, o0, o1);
-    linearTiles<V, 1, V::kDecodePairCols, PairSteps<V>>(x, rows, in, w, y, yStride, o0, o1);
+    linearTiles<V, 1, V::kDecodePairCols, PairSteps<V>, V::kDecodePairFetchesAhead>(x, rows, in, w, y, yStride, o0, o1);
 }
 
 template <typename V>
