@@ -33,8 +33,8 @@ struct Avx2Vec {
     // and two runs. Not measured on an AVX2-only CPU: on 4 KiB pages, one row and two runs had been
     // faster on a Sapphire Rapids (a step's linears 37.0-37.4 ms against 42.0-42.2 with two rows)
     // and no slower than the others on an AVX2-only Zen 3.
-    static constexpr int kRows = 2, kCols = 3, kDecodeCols = 4, kDecodePairCols = 4, kDecodeStreams = 1;
-    static constexpr bool kDecodePairFetchesAhead = true;
+    static constexpr int kRows = 2, kCols = 3, kDecodeCols = 4, kDecodeStreams = 1;
+    static constexpr bool kDecodeFetchesAhead = true;
     static constexpr int kValueRows = 1;  // two queries' 4 chains would fill all 16 registers
     // Many rows: 6 rows x 16 outputs of one lane in 12 registers, plus 2 weight vectors and a
     // broadcast (panelLinear). From 24 rows the packed panel pays for itself.

@@ -24,25 +24,24 @@ struct NativePairs {
 
 struct Avx512Vec {
     // 32 registers: a 4 x 4 tile holds 16 accumulators + 4 x rows + the weight rows being loaded.
-    // A decode row in the 16-lane order (fp32) takes 4 weight rows at a time as one run of tiles a
-    // thread, each tile fetching the next one's rows ahead: 4 rows side by side are too short a
-    // stream each for the hardware prefetcher. Measured on a 2-core Zen 4 VM, weights on 2 MiB pages
-    // (util/huge_pages.h): a throwaway loop over 400k rows of 896 bf16, one row a tile 23-25 GB/s,
-    // four 28-38; through kvscope a step's layer linears 26-34 GB/s against 21-24 with one row and
-    // two runs; on 4 KiB pages, and on a Sapphire Rapids VM on 4 KiB pages, neither was ahead.
-    // A decode row in the pair order (bf16) takes one weight row at a time, with no fetching of
-    // its own: a thread then reads its weights in address order, one stream that the hardware
-    // prefetcher runs ahead of by itself, and the next rows' dependent VDPBF16PS chains (28 for 896
-    // inputs) overlap out of order. Measured later on the same kind of VM, rounds of a read pass
-    // then a step's linears alone (all 24 layers and the lm_head, 2 threads), the variants
-    // interleaved in one process: 51.7 and 57.1 GB/s (medians over the rounds whose pass read over
-    // 45 GB/s, 58.8 and 61.1) against 43.0 and 49.1 with four rows and their fetches, 45.1 and 46.8
-    // with one row and its fetches; 31.9 / 35.4 against 30.3 / 34.9 in the slower rounds. One
-    // thread, the lm_head alone: 26.9 GB/s against 25.7, a plain read 26.0. The AVX-512F path's
-    // pair order (two FMAs a step) was measured in slower rounds only: 34.3 against 33.2. In fp32
-    // one row (with or without its fetches) was not ahead of four.
-    static constexpr int kRows = 4, kCols = 4, kDecodeCols = 4, kDecodePairCols = 1, kDecodeStreams = 1;
-    static constexpr bool kDecodePairFetchesAhead = false;
+    // A decode row takes one weight row at a time, in either order, with no fetching of its own: a
+    // thread then reads its weights in address order, one stream that the hardware prefetcher runs
+    // ahead of by itself, and out-of-order execution overlaps the next rows' chains (a row's sum is
+    // one chain of dependent steps: 28 VDPBF16PS for 896 inputs in bf16). Measured on a 2-core Zen
+    // 4 VM, weights on 2 MiB pages (util/huge_pages.h), rounds of a read pass then a step's linears
+    // alone (all 24 layers and the lm_head), the variants interleaved in one process. bf16, 2
+    // threads: 51.7 and 57.1 GB/s (medians over two runs' rounds whose pass read over 45 GB/s, 58.8
+    // and 61.1) against 43.0 and 49.1 with four rows a tile, each tile fetching the next one's rows
+    // (what it was), 45.1 and 46.8 with one row and its fetches; 31.9 / 35.4 against 30.3 / 34.9 in
+    // the slower rounds; on 4 KiB pages 32.1 against 29.8. fp32: one thread 25.9 against 22.9 (the
+    // lm_head alone 30.1 against 23.6); 2 threads 31.5 against 30.4 in slower rounds, and in the
+    // fast rounds of two earlier runs 43.0 / 48.2 against 43.1 / 49.0. The AVX-512F path's pair
+    // order (two FMAs a step) was measured in slower rounds only: 34.3 against 33.2. Earlier, four
+    // rows with their fetches had beaten one row with its fetch (a throwaway loop over 400k rows of
+    // 896 bf16: 28-38 GB/s against 23-25), and neither was ahead on 4 KiB pages, there and on a
+    // Sapphire Rapids VM.
+    static constexpr int kRows = 4, kCols = 4, kDecodeCols = 1, kDecodeStreams = 1;
+    static constexpr bool kDecodeFetchesAhead = false;
     static constexpr int kValueRows = 4;  // 16 attention chains + 4 value vectors + a broadcast
     // Many rows take panelLinear: 12 rows x 32 outputs of one lane in 24 registers, 2 weight vectors
     // and a broadcast, 14 loads per 24 FMAs. In the pair order without VDPBF16PS it ran at 253-277

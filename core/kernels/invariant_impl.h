@@ -9,9 +9,8 @@
 //   V::roundBf16(v) = v rounded to bf16 as c10::BFloat16 does, v.storeBf16(uint16_t*) its top halves,
 //   V::pow2(n) = 2^n for integral n in [-126, 127], V::zeroBelow(x, limit, y) = x < limit ? 0 : y,
 //   V::kRows x V::kCols: the tile of (rows x outputs) accumulators that fits its registers,
-//   V::kDecodeCols, V::kDecodePairCols: outputs per tile for a single row, in either order,
-//   V::kDecodePairFetchesAhead: whether such a tile in the pair order fetches the next tile's
-//   weights ahead itself (the 16-lane order's always do), and
+//   V::kDecodeCols: outputs per tile for a single row, in either order,
+//   V::kDecodeFetchesAhead: whether such a tile fetches the next tile's weights ahead itself, and
 //   V::kDecodeStreams: how many runs of such tiles a thread reads side by side,
 //   V::kValueRows: how many queries' attention sums (4 chains each) fit its registers at once,
 //   V::kPanelFromRows: from how many rows linear runs as panelLinear (0: never), V::kPanelForPairs:
@@ -432,8 +431,8 @@ void linear(const float* x, int64_t rows, int64_t in, const Element* w, float* y
     }
     if (rows >= V::kRows)
         linearTiles<V, V::kRows, V::kCols, LaneSteps<V>>(x, rows, in, w, y, yStride, o0, o1);
-    else
-        linearTiles<V, 1, V::kDecodeCols, LaneSteps<V>>(x, rows, in, w, y, yStride, o0, o1);  // a decode step's one row
+    else  // a decode step's one row
+        linearTiles<V, 1, V::kDecodeCols, LaneSteps<V>, V::kDecodeFetchesAhead>(x, rows, in, w, y, yStride, o0, o1);
 }
 
 // The pair order. With the instruction, or for a few rows, as dotTiles over 32-element steps; many
@@ -447,7 +446,7 @@ void linearPairs(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w,
         if (rows >= kPairPanelFromRows) return panelLinear<V, PairLanes<V>>(x, rows, in, w, y, yStride, o0, o1);
     }
     if (rows >= V::kRows) return linearTiles<V, V::kRows, V::kCols, PairSteps<V>>(x, rows, in, w, y, yStride, o0, o1);
-    linearTiles<V, 1, V::kDecodePairCols, PairSteps<V>, V::kDecodePairFetchesAhead>(x, rows, in, w, y, yStride, o0, o1);
+    linearTiles<V, 1, V::kDecodeCols, PairSteps<V>, V::kDecodeFetchesAhead>(x, rows, in, w, y, yStride, o0, o1);
 }
 
 template <typename V>

@@ -11,8 +11,8 @@ namespace kvscope::kernels {
 namespace {
 
 struct ScalarVec {
-    static constexpr int kRows = 1, kCols = 1, kDecodeCols = 1, kDecodePairCols = 1, kDecodeStreams = 1, kValueRows = 1;
-    static constexpr bool kDecodePairFetchesAhead = true;
+    static constexpr int kRows = 1, kCols = 1, kDecodeCols = 1, kDecodeStreams = 1, kValueRows = 1;
+    static constexpr bool kDecodeFetchesAhead = true;
     static constexpr int kSideBySideSums = 1;  // each tree as written in sum()
     static constexpr int kPanelFromRows = 0;  // the reference is dotTile's order as written
     static constexpr bool kPanelForPairs = false;
