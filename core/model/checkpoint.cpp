@@ -140,6 +140,12 @@ torch::Tensor Checkpoint::read(const std::string& name, torch::ScalarType dtype)
     return it->second->read(name, dtype);
 }
 
+void Checkpoint::readInto(const std::string& name, torch::Tensor& out) const {
+    auto it = where_.find(name);
+    if (it == where_.end()) throw TensorError(dir_ + ": checkpoint has no tensor '" + name + "'");
+    it->second->readInto(name, out);
+}
+
 std::vector<std::string> Checkpoint::validate() const {
     std::vector<std::string> problems;
     std::set<std::string> used;

@@ -32,6 +32,7 @@ public:
     bool has(const std::string& name) const { return where_.count(name) != 0; }
     const SafetensorsEntry& entry(const std::string& name) const;
     torch::Tensor read(const std::string& name, torch::ScalarType dtype) const;
+    void readInto(const std::string& name, torch::Tensor& out) const;  // SafetensorsFile::readInto
 
     // Checks that every expected tensor exists with the expected shape; throws TensorError listing
     // what is missing or misshapen. Returns the names of tensors the model does not use.

@@ -162,6 +162,31 @@ torch::Tensor SafetensorsFile::read(const std::string& name) const {
     return readStored(*e);
 }
 
+void SafetensorsFile::readInto(const std::string& name, torch::Tensor& out) const {
+    const SafetensorsEntry* e = find(name);
+    if (!e) throw TensorError(path() + ": no tensor named '" + name + "'");
+    if (out.sizes() != c10::IntArrayRef(e->shape) || !out.is_contiguous() || !out.device().is_cpu())
+        throw TensorError(path() + ": tensor '" + name + "' cannot be read into a tensor of shape " +
+                          c10::str(out.sizes()) + " (a contiguous CPU tensor of its shape was expected)");
+    const auto stored = scalarTypeFromSafetensors(e->dtype);
+    const std::uint8_t* src = file_.data() + dataStart_ + e->begin;
+    if (stored == out.scalar_type()) {
+        if (e->end > e->begin) std::memcpy(out.data_ptr(), src, e->end - e->begin);
+        return;
+    }
+    // The stored elements go through an aligned buffer (offsets in the file need not be aligned to
+    // the element size) and are converted by copy_, as read()'s to() converts them.
+    constexpr int64_t kPiece = int64_t{1} << 20;  // elements: 2-8 MiB stored
+    const int64_t n = out.numel(), size = static_cast<int64_t>(c10::elementSize(stored));
+    torch::Tensor flat = out.view({n});
+    torch::Tensor buffer = torch::empty({std::min(n, kPiece)}, torch::TensorOptions().dtype(stored));
+    for (int64_t at = 0; at < n; at += kPiece) {
+        const int64_t count = std::min(kPiece, n - at);
+        std::memcpy(buffer.data_ptr(), src + at * size, static_cast<std::size_t>(count * size));
+        flat.narrow(0, at, count).copy_(buffer.narrow(0, 0, count));
+    }
+}
+
 torch::Tensor SafetensorsFile::read(const std::string& name, torch::ScalarType dtype) const {
     torch::Tensor t = read(name);
     return t.scalar_type() == dtype ? t : t.to(dtype);

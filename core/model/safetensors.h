@@ -39,6 +39,9 @@ public:
     torch::Tensor read(const std::string& name, torch::ScalarType dtype) const;
     // Same, keeping the stored dtype.
     torch::Tensor read(const std::string& name) const;
+    // Into `out`, a contiguous CPU tensor of the stored shape in any float dtype, converted on the way
+    // in pieces of a few MiB: no whole-tensor temporary (Transformer::load says why).
+    void readInto(const std::string& name, torch::Tensor& out) const;
 
 private:
     void parseHeader();

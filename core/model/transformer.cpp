@@ -175,8 +175,11 @@ Transformer Transformer::load(const std::string& dir, torch::ScalarType dtype, t
     const ModelConfig& c = ck.config();
     Weights w;
     const auto slots = hfWeightSlots(c, w);
-    // On the CPU every weight goes into one block on 2 MiB pages, as soon as it is read (decode
-    // streams them all from memory: util/huge_pages.h); each one read is freed before the next.
+    // On the CPU every weight is read straight into one block on 2 MiB pages (decode streams them all
+    // from memory: util/huge_pages.h), converted on the way in: no temporary copy of a tensor to free
+    // afterwards. Freed, a large one (a 0.5B model's embedding: 272 MB in bf16, another 544 MB
+    // converted to fp32) went back to the kernel, and on a VM that reports free pages to its host
+    // that work slowed the next seconds' decode steps (bench/benchmark.cpp has the figures).
     std::size_t bytes = 0;
     auto footprint = [&](const std::string& name) {
         return HugePageArena::footprint(c10::multiply_integers(ck.entry(name).shape), dtype);
@@ -185,8 +188,10 @@ Transformer Transformer::load(const std::string& dir, torch::ScalarType dtype, t
     if (!c.tieWordEmbeddings) bytes += footprint("lm_head.weight");
     HugePageArena arena(device.is_cpu() ? bytes : 0);
     auto read = [&](const std::string& name) {
-        const torch::Tensor t = ck.read(name, dtype);
-        return device.is_cpu() ? arena.place(t) : t.to(device);
+        if (!device.is_cpu()) return ck.read(name, dtype).to(device);
+        torch::Tensor t = arena.slot(ck.entry(name).shape, dtype);
+        ck.readInto(name, t);
+        return t;
     };
     for (const auto& [name, slot] : slots) *slot = read(name);
     w.lmHead = c.tieWordEmbeddings ? w.embed : read("lm_head.weight");

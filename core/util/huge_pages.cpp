@@ -49,17 +49,16 @@ std::size_t HugePageArena::footprint(int64_t numel, torch::ScalarType dtype) {
     return roundUp(static_cast<std::size_t>(numel) * c10::elementSize(dtype), kAlignment);
 }
 
-torch::Tensor HugePageArena::place(const torch::Tensor& t) {
-    const std::size_t bytes = footprint(t.numel(), t.scalar_type());
-    if (!block_ || used_ + bytes > size_) return t.clone(torch::MemoryFormat::Contiguous);
+torch::Tensor HugePageArena::slot(c10::IntArrayRef sizes, torch::ScalarType dtype) {
+    const std::size_t bytes = footprint(c10::multiply_integers(sizes), dtype);
+    if (!block_ || used_ + bytes > size_) return torch::empty(sizes, torch::TensorOptions().dtype(dtype));
     void* data = static_cast<char*>(block_.get()) + used_;
     used_ += bytes;
     const std::shared_ptr<void> owner = block_;  // each tensor in the block keeps it mapped
-    torch::Tensor copy =
-        torch::from_blob(data, t.sizes(), [owner](void*) {}, torch::TensorOptions().dtype(t.scalar_type()));
-    copy.copy_(t);
-    return copy;
+    return torch::from_blob(data, sizes, [owner](void*) {}, torch::TensorOptions().dtype(dtype));
 }
+
+torch::Tensor HugePageArena::place(const torch::Tensor& t) { return slot(t.sizes(), t.scalar_type()).copy_(t); }
 
 std::string transparentHugePagesMode() {
     std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");

@@ -19,8 +19,8 @@
 namespace kvscope {
 
 // One block of memory, 2 MiB aligned and advised MADV_HUGEPAGE, that tensors are copied into one
-// after another. Transformer::load reads each weight and places it here before reading the next, so
-// that the process never holds a second copy of the weights (only the one being read).
+// after another. Transformer::load reads each weight straight into its slot, so that the process
+// never holds a second copy of any weight.
 class HugePageArena {
 public:
     explicit HugePageArena(std::size_t bytes);  // bytes: the sum of footprint() of what will be placed
@@ -31,6 +31,9 @@ public:
     // A contiguous copy of t (a CPU tensor) in the block, which lives as long as any tensor in it.
     // Where the block is full or could not be mapped: a plain contiguous copy, the same values.
     torch::Tensor place(const torch::Tensor& t);
+    // The next uninitialised tensor of `sizes` and `dtype` in the block (what place() copies into);
+    // where the block is full or could not be mapped, a plain one.
+    torch::Tensor slot(c10::IntArrayRef sizes, torch::ScalarType dtype);
 
     void* block() const { return block_.get(); }  // null where mmap failed or bytes was 0
 

@@ -76,6 +76,22 @@ TEST(HugePages, AFullArenaStillGivesACopy) {
     EXPECT_TRUE(torch::equal(none.place(x), x));
 }
 
+TEST(HugePages, ASlotIsTheNextPlaceInTheBlockOrAPlainTensorWhenFull) {
+    HugePageArena arena(HugePageArena::footprint(10, torch::kBFloat16) + HugePageArena::footprint(3, torch::kFloat32));
+    ASSERT_NE(arena.block(), nullptr);
+    const torch::Tensor a = arena.slot({2, 5}, torch::kBFloat16), b = arena.slot({3}, torch::kFloat32);
+    const torch::Tensor full = arena.slot({4}, torch::kFloat32);
+    EXPECT_EQ(a.sizes(), (std::vector<int64_t>{2, 5}));
+    EXPECT_EQ(a.scalar_type(), torch::kBFloat16);
+    EXPECT_EQ(a.data_ptr(), arena.block());
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.data_ptr()), reinterpret_cast<std::uintptr_t>(arena.block()) + 64);
+    EXPECT_EQ(full.sizes(), (std::vector<int64_t>{4}));
+    EXPECT_EQ(full.scalar_type(), torch::kFloat32);
+    const auto outside = reinterpret_cast<std::uintptr_t>(full.data_ptr()),
+               block = reinterpret_cast<std::uintptr_t>(arena.block());
+    EXPECT_TRUE(outside < block || outside >= block + 128);
+}
+
 TEST(HugePages, TheBlockLivesWhileAnyTensorInItDoes) {
     torch::Tensor kept;
     {

@@ -58,6 +58,41 @@ TEST(Safetensors, RoundTripIsBitExactForEveryDtype) {
     EXPECT_TRUE(torch::equal(f.read("bf16", torch::kFloat32), tensors[1].second.to(torch::kFloat32)));
 }
 
+TEST(Safetensors, ReadIntoConvertsAsReadDoesWithoutAWholeTensorCopy) {
+    test::TempDir dir;
+    // "odd" puts the next tensors at offsets that are not multiples of their element size; "big"
+    // spans several of readInto's pieces (2^20 elements) and ends inside one.
+    const torch::Tensor big = torch::randn({(1 << 20) * 2 + 3}, torch::kFloat64);
+    std::vector<std::pair<std::string, torch::Tensor>> tensors = {
+        {"odd", torch::ones({1}, torch::kUInt8)},
+        {"f32", torch::randn({3, 5}) * 1e3},
+        {"bf16", torch::randn({7}).to(torch::kBFloat16)},
+        {"f16", torch::randn({2, 2}).to(torch::kFloat16)},
+        {"big", big},
+        {"empty", torch::zeros({0, 4})},
+    };
+    writeSafetensors(dir.file("a.safetensors"), tensors, {});
+    SafetensorsFile f(dir.file("a.safetensors"));
+    for (const char* name : {"f32", "bf16", "f16", "big", "empty"})
+        for (const auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kFloat16, torch::kFloat64}) {
+            const torch::Tensor expected = f.read(name, dtype);
+            torch::Tensor into = torch::full(expected.sizes(), 7.0, torch::TensorOptions().dtype(dtype));
+            f.readInto(name, into);
+            EXPECT_TRUE(torch::equal(into, expected)) << name << " as " << c10::toString(dtype);
+        }
+    // The destination must be a contiguous tensor of the stored shape; the message names file and tensor.
+    for (torch::Tensor wrong : {torch::empty({5, 3}), torch::empty({5, 3}).t().contiguous().t()}) {
+        try {
+            f.readInto("f32", wrong);
+            FAIL() << "expected a TensorError";
+        } catch (const TensorError& e) {
+            EXPECT_NE(std::string(e.what()).find("a.safetensors: tensor 'f32'"), std::string::npos) << e.what();
+        }
+    }
+    torch::Tensor any = torch::empty({1});
+    EXPECT_THROW(f.readInto("absent", any), TensorError);
+}
+
 TEST(Safetensors, TruncatedFileIsRejectedNamingTheTensor) {
     test::TempDir dir;
     writeSafetensors(dir.file("a.safetensors"), {{"w", torch::ones({64})}});
