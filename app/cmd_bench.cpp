@@ -10,6 +10,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kvscope::cli {
 namespace {
@@ -36,6 +37,12 @@ std::optional<double> fractionOfPeak(const BenchReport& r, const KernelRow& k) {
 // An empty string as JSON null (a path or name that does not apply, or that this build cannot tell).
 nlohmann::json orNull(const std::string& s) { return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s); }
 
+std::vector<double> milliseconds(const std::vector<double>& seconds) {
+    std::vector<double> out;
+    for (const double s : seconds) out.push_back(1e3 * s);
+    return out;
+}
+
 nlohmann::json reportToJson(const BenchReport& r) {
     nlohmann::json rows = nlohmann::json::array(), kernelRows = nlohmann::json::array();
     for (const auto& row : r.rows)
@@ -53,6 +60,7 @@ nlohmann::json reportToJson(const BenchReport& r) {
              {"bandwidth_bound_tokens_per_s", row.boundTokensPerSecond},
              {"decode_fraction_of_bound", row.decodeTokensPerSecond / row.boundTokensPerSecond},
              {"decode_step_ms", 1e3 * row.decodeStepSeconds()},
+             {"decode_run_step_ms", milliseconds(row.decodeRunStepSeconds)},
              {"decode_linears_ms", 1e3 * row.decodeLinearsSecondsPerStep},
              {"decode_rest_ms", 1e3 * row.decodeRestSecondsPerStep},
              {"decode_linears_gb_per_s", row.decodeLinearsBytesPerSecond() / 1e9},

@@ -33,17 +33,24 @@ double median(std::vector<double> values) {
     return values.size() % 2 ? values[half] : (values[half - 1] + values[half]) / 2;
 }
 
+double tensorBytes(const torch::Tensor& t) {
+    return t.defined() ? static_cast<double>(t.numel() * t.element_size()) : 0.0;
+}
+
 double weightBytesPerDecodeStep(const Transformer& model) {
     const Weights& w = model.weights();
-    auto bytes = [](const torch::Tensor& t) {
-        return t.defined() ? static_cast<double>(t.numel() * t.element_size()) : 0.0;
-    };
-    double total = bytes(w.lmHead) + bytes(w.finalNorm);
+    double total = tensorBytes(w.lmHead) + tensorBytes(w.finalNorm);
     for (const auto& l : w.layers)
         for (const auto* t : {&l.inputNorm, &l.wq, &l.bq, &l.wk, &l.bk, &l.wv, &l.bv, &l.qNorm, &l.kNorm, &l.wo,
                               &l.postNorm, &l.wGate, &l.wUp, &l.wDown})
-            total += bytes(*t);
+            total += tensorBytes(*t);
     return total;
+}
+
+// All of a model's weights: a step's and the embedding, where it is not the lm_head's tensor.
+double weightBytes(const Transformer& model) {
+    const Weights& w = model.weights();
+    return weightBytesPerDecodeStep(model) + (w.embed.is_same(w.lmHead) ? 0.0 : tensorBytes(w.embed));
 }
 
 std::string ensureModel(const BenchOptions& o, const std::function<void(const std::string&)>& log) {
@@ -187,7 +194,8 @@ private:
 // by side: the best of the three, bytes per second (one stream per core under-reads a machine whose
 // prefetchers keep few misses in flight per stream; a decode step reads each path's kDecodeStreams
 // runs of tiles per thread).
-double readPass(const ProbeArray& x, int threads) {
+double readPass(const ProbeArray& x) {
+    const int threads = std::max(1, at::get_num_threads());
     const kernels::Isa isa = kernels::bestIsa();
     std::vector<float> sinks(static_cast<std::size_t>(threads));
     double best = 0;
@@ -204,7 +212,7 @@ double readPass(const ProbeArray& x, int threads) {
 }
 
 // Greedy decode steps (GreedyDecode) in runs of kDecodeStepsBetweenReads, each run between two read
-// passes over `array`, whose figures count towards the run's bound (`passes`). Every timed step is
+// passes of `probe`, whose figures count towards the run's bound (`passes`). Every timed step is
 // thus bracketed by passes a few steps away: timed as one window of 32 steps instead, a bf16 decode
 // came out at 113% of the bound (23 ms a step, when every pass of the run and the steps a second
 // later saw the usual 31-38 GB/s: the window had caught a fast phase of the VM's memory alone).
@@ -213,20 +221,20 @@ struct DecodeRuns {
     // The memory's read rate around each run (the larger of its two passes) and the run's weight
     // stream as a fraction of it, each the median over the runs.
     double adjacentRead = 0, fractionOfAdjacentReads = 0;
+    std::vector<double> stepSeconds;  // each run's time over its steps, in run order
 };
 DecodeRuns decodeBetweenReads(const Transformer& model, const KvCache& cache, const torch::Tensor& logits,
-                              int64_t steps, double weightBytesPerToken, const ProbeArray& array,
+                              int64_t steps, double weightBytesPerToken, const BandwidthProbe& probe,
                               std::vector<double>& passes) {
-    const int threads = std::max(1, at::get_num_threads());
     // Before a pass, the threads of the step's kernels go to sleep (kernel_threads.cpp spins 5 ms;
     // OpenBLAS's threads yield): spinning, they would take a core from the probe.
     auto settledReadPass = [&] {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        passes.push_back(readPass(array, threads));
+        passes.push_back(probe.readPass());
         return passes.back();
     };
     GreedyDecode decode(model, cache, logits);
-    std::vector<double> reads, fractions;
+    std::vector<double> reads, fractions, stepSeconds;
     double seconds = 0;
     double before = settledReadPass();
     for (int64_t done = 0; done < steps; done += kDecodeStepsBetweenReads) {
@@ -235,17 +243,18 @@ DecodeRuns decodeBetweenReads(const Transformer& model, const KvCache& cache, co
         for (int64_t i = 0; i < run; ++i) decode.step();
         const double runSeconds = secondsSince(t0);
         seconds += runSeconds;
+        stepSeconds.push_back(runSeconds / static_cast<double>(run));
         const double stream = static_cast<double>(run) * weightBytesPerToken / runSeconds;
         const double after = settledReadPass(), memory = std::max(before, after);
         reads.push_back(memory);
         fractions.push_back(stream / memory);
         before = after;
     }
-    return {static_cast<double>(steps) / seconds, median(reads), median(fractions)};
+    return {static_cast<double>(steps) / seconds, median(reads), median(fractions), stepSeconds};
 }
 
 BenchRow measureRow(const Transformer& model, const std::vector<int64_t>& prompt, const BenchOptions& o,
-                    std::size_t probeArrayBytes, const std::function<void(const std::string&)>& log) {
+                    const BandwidthProbe& probe, const std::function<void(const std::string&)>& log) {
     Generator gen(model);
     BenchRow row;
     row.dtype = dtypeName(model.dtype());
@@ -265,12 +274,12 @@ BenchRow measureRow(const Transformer& model, const std::vector<int64_t>& prompt
     row.prefillTokensPerSecond = static_cast<double>(prompt.size()) / row.prefillSeconds;
 
     log("decode " + std::to_string(o.decodeTokens) + " tokens between read passes (" + label + ")");
-    const ProbeArray array(probeArrayBytes, std::max(1, at::get_num_threads()), 1.0f);
-    const DecodeRuns runs = decodeBetweenReads(model, cache, logits, o.decodeTokens, row.weightBytesPerToken, array,
+    const DecodeRuns runs = decodeBetweenReads(model, cache, logits, o.decodeTokens, row.weightBytesPerToken, probe,
                                                row.adjacentReadPasses);
     row.decodeTokensPerSecond = runs.tokensPerSecond;
     row.adjacentReadBytesPerSecond = runs.adjacentRead;
     row.decodeFractionOfAdjacentReads = runs.fractionOfAdjacentReads;
+    row.decodeRunStepSeconds = runs.stepSeconds;
     timeStepsAgainstTheirLinears(model, cache, logits, std::min<int64_t>(o.decodeTokens, kStepLinearsPairs), row);
     if (model.numerics().kernels == Kernels::Torch) {
         Numerics matrixVector;
@@ -278,7 +287,7 @@ BenchRow measureRow(const Transformer& model, const std::vector<int64_t>& prompt
         const Transformer mv(model.config(), model.weights(), model.dtype(), model.device(), matrixVector);
         log("decode " + std::to_string(o.decodeTokens) + " tokens with --decode-kernel mv (" + label + ")");
         row.decodeMatrixVectorTokensPerSecond =
-            decodeBetweenReads(mv, cache, logits, o.decodeTokens, row.weightBytesPerToken, array,
+            decodeBetweenReads(mv, cache, logits, o.decodeTokens, row.weightBytesPerToken, probe,
                                row.adjacentReadPasses)
                 .tokensPerSecond;
     }
@@ -379,12 +388,31 @@ std::size_t physicalMemoryBytes() {
                                      : std::size_t{8} << 30;
 }
 
-Bandwidth measureBandwidth(std::size_t bytesPerArray, int passes) {
+// The triad's a = b + s c and the read passes' b. Each is 1/8 of the memory at most
+// (streamArrayBytes), so the rows measured while they are kept have 5/8 of it.
+struct BandwidthProbe::Arrays {
+    ProbeArray a, b, c;
+};
+
+// Why the arrays are kept: on a Zen 4 VM (Firecracker, the guest reporting free pages to the host)
+// decode steps of ~30 ms took 60-250 ms about 2 and 4.5 s after the process freed 2 GiB, and 53-74
+// ms about 2 s after it freed 300 MiB. In a throwaway loop of read passes and runs of 4 steps, with
+// the 3 x 256 MiB mapped afresh for each pass, 4 of 84 steps took over 45 ms in each of two runs;
+// with one array kept, none of 80 in either.
+BandwidthProbe::BandwidthProbe(std::size_t bytesPerArray) {
+    const int threads = std::max(1, at::get_num_threads());
+    arrays_.reset(new Arrays{ProbeArray(bytesPerArray, threads, 0.f), ProbeArray(bytesPerArray, threads, 1.f),
+                             ProbeArray(bytesPerArray, threads, 2.f)});
+}
+
+BandwidthProbe::~BandwidthProbe() = default;
+
+double BandwidthProbe::readPass() const { return kvscope::readPass(arrays_->b); }
+
+Bandwidth BandwidthProbe::measure(int passes) const {
     const int threads = std::max(1, at::get_num_threads());
     const kernels::Isa isa = kernels::bestIsa();
-    // Mapped afresh by every probe of a run, not kept between them: the three arrays can be 3/8 of
-    // the memory (streamArrayBytes), which the model rows measured in between need.
-    const ProbeArray a(bytesPerArray, threads, 0.f), b(bytesPerArray, threads, 1.f), c(bytesPerArray, threads, 2.f);
+    const ProbeArray &a = arrays_->a, &b = arrays_->b, &c = arrays_->c;
     const int64_t n = a.size();
     Bandwidth best;
     for (int p = 0; p < passes; ++p) {
@@ -393,7 +421,7 @@ Bandwidth measureBandwidth(std::size_t bytesPerArray, int passes) {
             kernels::triad(isa, a.data() + lo, b.data() + lo, c.data() + lo, 3.0f, hi - lo);
         });
         best.triad = std::max(best.triad, 3.0 * static_cast<double>(n) * sizeof(float) / secondsSince(t0));
-        const double read = readPass(b, threads);
+        const double read = kvscope::readPass(b);
         best.read = std::max(best.read, read);
         best.readPasses.push_back(read);
     }
@@ -454,8 +482,9 @@ BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const s
         report.bandwidthPasses += static_cast<int>(passes.size());
         readPasses.insert(readPasses.end(), passes.begin(), passes.end());
     };
+    const BandwidthProbe probe(report.bandwidthArrayBytes);
     auto probeBandwidth = [&](int passes) {
-        const Bandwidth b = measureBandwidth(report.bandwidthArrayBytes, passes);
+        const Bandwidth b = probe.measure(passes);
         report.triadBandwidthBytesPerSecond = std::max(report.triadBandwidthBytesPerSecond, b.triad);
         countReadPasses(b.readPasses);
     };
@@ -466,6 +495,11 @@ BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const s
     report.pairFlopsPerSecond = measureMultiplyAdds(true);
     report.laneFlopsPerSecond = measureMultiplyAdds(false);
 
+    // Each dtype's weights stay until the end of the run while they take little of the memory: freed
+    // between dtypes, they would go back to the kernel while the next dtype's rows run (the reason
+    // BandwidthProbe keeps its arrays).
+    std::vector<Weights> keptWeights;
+    double keptBytes = 0;
     for (const auto dtype : o.dtypes) {
         log("loading the model in " + dtypeName(dtype));
         const int64_t hugeBefore = hugePageBytesInUse();
@@ -483,13 +517,18 @@ BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const s
             const Transformer model(loaded.config(), loaded.weights(), dtype, o.device, numerics);
             log("measuring memory bandwidth again (" + std::to_string(kLaterBandwidthPasses) + " passes)");
             probeBandwidth(kLaterBandwidthPasses);
-            report.rows.push_back(measureRow(model, prompt, o, report.bandwidthArrayBytes, log));
+            report.rows.push_back(measureRow(model, prompt, o, probe, log));
             countReadPasses(report.rows.back().adjacentReadPasses);
             report.rows.back().weightBytesOnHugePages = weightsOnHugePages;
             if (o.kernelFigures) {
                 log("kernel figures (" + dtypeName(dtype) + ", " + kernelsName(k) + ")");
                 for (const auto& row : measureKernels(model, o.promptTokens)) report.kernelRows.push_back(row);
             }
+        }
+        const double bytes = weightBytes(loaded);
+        if (keptBytes + bytes <= static_cast<double>(physicalMemoryBytes()) / 4) {
+            keptWeights.push_back(loaded.weights());
+            keptBytes += bytes;
         }
     }
     log("measuring memory bandwidth a last time (" + std::to_string(kLaterBandwidthPasses) + " passes)");

@@ -9,6 +9,7 @@
 #include <torch/types.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,9 @@ struct BenchRow {
     // Of those runs of decode steps: the memory's read rate around a run (the larger of its two
     // passes) and the steps' weight stream as a fraction of it, each the median over the runs.
     double adjacentReadBytesPerSecond = 0, decodeFractionOfAdjacentReads = 0;
+    // Each of those runs' time over its steps, in run order: a run the VM's host slowed shows here
+    // (one step of 60-250 ms among ~30 ms ones), where the rate above only averages it in.
+    std::vector<double> decodeRunStepSeconds;
     // Every pass around the row's decode runs (those of decode mv too): they count towards the bound.
     std::vector<double> adjacentReadPasses;
     // How much of the weights the kernel put on 2 MiB pages (the process's AnonHugePages grown by the
@@ -108,12 +112,30 @@ std::size_t streamArrayBytes(std::size_t lastLevelCacheBytes, std::size_t physic
 std::size_t lastLevelCacheBytes();
 // This machine's memory for streamArrayBytes.
 std::size_t physicalMemoryBytes();
-// STREAM's method: arrays far larger than the caches (streamArrayBytes), first touched and then
-// streamed by as many threads as libtorch computes with, each its own slice, vectorised loops, best
-// of `passes`. Triad counts two arrays read and one written; read counts one array, read by each
-// thread as 1, 2 and 4 sequential streams side by side (the best of them: one stream per core
-// under-reads a machine whose prefetchers keep few misses in flight per stream).
-Bandwidth measureBandwidth(std::size_t bytesPerArray, int passes = 5);
+// STREAM's method: three arrays far larger than the caches (streamArrayBytes), first touched and
+// then streamed by as many threads as libtorch computes with, each its own slice, vectorised loops.
+// As in STREAM, the arrays are mapped once and kept for the probe's life (runBenchmark: the whole
+// run), so that no probe hands memory back to the kernel between the rows it brackets: on a VM that
+// reports free pages to its host, that work lands in the next seconds' timings (benchmark.cpp has
+// the figures).
+class BandwidthProbe {
+public:
+    explicit BandwidthProbe(std::size_t bytesPerArray);
+    ~BandwidthProbe();
+    BandwidthProbe(const BandwidthProbe&) = delete;
+    BandwidthProbe& operator=(const BandwidthProbe&) = delete;
+
+    // Best of `passes`: triad counts two arrays read and one written; read counts one array, read by
+    // each thread as 1, 2 and 4 sequential streams side by side (the best of them: one stream per
+    // core under-reads a machine whose prefetchers keep few misses in flight per stream).
+    Bandwidth measure(int passes = 5) const;
+    // One such read pass, bytes per second.
+    double readPass() const;
+
+private:
+    struct Arrays;
+    std::unique_ptr<Arrays> arrays_;
+};
 constexpr int kFirstBandwidthPasses = 5, kLaterBandwidthPasses = 2;
 // A decode run between two read passes (BenchRow::decodeTokensPerSecond): short enough that the
 // memory's rate holds over it (it moves by half between seconds on a VM), long enough (4 bf16 steps

@@ -95,6 +95,11 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
               "decode_fraction_of_bound", "prefill_over_rebuild", "decode_step_ms", "decode_linears_ms",
               "decode_linears_gb_per_s", "decode_adjacent_read_gb_per_s", "decode_fraction_of_adjacent_reads"})
             EXPECT_GT(row[key].get<double>(), 0.0) << key << " " << row.dump();
+        // Each run's time over its steps; with one run, the row's step time.
+        ASSERT_EQ(row["decode_run_step_ms"].size(), static_cast<std::size_t>(decodeRuns)) << row.dump();
+        EXPECT_NEAR(row["decode_run_step_ms"][0].get<double>(), row["decode_step_ms"].get<double>(),
+                    1e-9 * row["decode_step_ms"].get<double>())
+            << row.dump();
         // A step less its linears, timed in pairs: a time, below 0 only by noise.
         EXPECT_TRUE(row["decode_rest_ms"].is_number()) << row.dump();
         // The passes around the decode runs count towards the run's best read.
