@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <optional>
+#include <string>
 
 namespace kvscope {
 namespace {
@@ -44,6 +46,29 @@ protected:
         EXPECT_EQ(r.exitCode, 0) << r.err;
         return nlohmann::json::parse(r.out);
     }
+    // The dtype whose live and prefill caches part bits here, and the prefix of their files: bf16 and
+    // SetUpTestSuite's caches, or else fp32 ones built here (PyTorch 2.13's bf16 GEMM and GEMV agree
+    // on this model's shapes on a Zen 4 with AVX512-BF16, its fp32 ones do not); none where neither
+    // part. A bf16 diff that finds no difference must name none.
+    struct Parting {
+        std::string dtype, prefix;
+    };
+    static std::optional<Parting> partingCaches() {
+        auto bf16 = json("cache diff " + f("live") + " " + f("prefill") + " --json");
+        if (bf16["bit_exact"] == false) return Parting{"bf16", ""};
+        EXPECT_TRUE(bf16["first_difference"].is_null());
+        EXPECT_EQ(run("cache build --model " + model +
+                      " --prompt-ids 5,6,7,8,9 --generate 64 --construction live --dtype fp32 --out " + f("fp32-live"))
+                      .exitCode,
+                  0);
+        EXPECT_EQ(run("cache build --model " + model + " --ids-from " + f("fp32-live") +
+                      " --construction prefill --dtype fp32 --out " + f("fp32-prefill"))
+                      .exitCode,
+                  0);
+        if (json("cache diff " + f("fp32-live") + " " + f("fp32-prefill") + " --json")["bit_exact"] == false)
+            return Parting{"fp32", "fp32-"};
+        return std::nullopt;
+    }
     static test::TempDir* dir;
     static std::string model;
 };
@@ -67,11 +92,10 @@ TEST_F(CacheCli, DiffJsonReportsBridgeExactAndPrefillDifferent) {
     ASSERT_EQ(same["layers"].size(), 2u);
     EXPECT_EQ(same["layers"][0]["k"]["max_abs"], 0.0);
 
-    auto diff = json("cache diff " + f("live") + " " + f("prefill") + " --json");
-    if (diff["bit_exact"] == true) {
-        EXPECT_TRUE(diff["first_difference"].is_null());
-        GTEST_SKIP() << test::noSplitHere("bf16 live and prefill caches are bit-identical");
-    }
+    const std::optional<Parting> parting = partingCaches();
+    if (!parting) GTEST_SKIP() << test::noSplitHere("bf16 and fp32 live and prefill caches are bit-identical");
+    const std::string live = f(parting->prefix + "live"), prefill = f(parting->prefix + "prefill");
+    auto diff = json("cache diff " + live + " " + prefill + " --json");
     ASSERT_FALSE(diff["first_difference"].is_null());
     // Where the bits first part depends on the kernels (libtorch, CPU): check the report agrees with itself.
     const int firstLayer = diff["first_difference"]["layer"].get<int>();
@@ -81,7 +105,7 @@ TEST_F(CacheCli, DiffJsonReportsBridgeExactAndPrefillDifferent) {
     EXPECT_GT(differing["k"]["differing"].get<int64_t>() + differing["v"]["differing"].get<int64_t>(), 0);
     EXPECT_EQ(diff["positions"].size(), 69u);
     EXPECT_FALSE(diff.contains("grids"));
-    EXPECT_TRUE(json("cache diff " + f("live") + " " + f("prefill") + " --json --full").contains("grids"));
+    EXPECT_TRUE(json("cache diff " + live + " " + prefill + " --json --full").contains("grids"));
 }
 
 TEST_F(CacheCli, TransplantAllMakesTheDonorAndContinuationFollowsIt) {
@@ -127,13 +151,18 @@ TEST_F(CacheCli, TransplantAllMakesTheDonorAndContinuationFollowsIt) {
 }
 
 TEST_F(CacheCli, LocateNamesTheFirstDifferingOp) {
-    auto j = json("cache locate --model " + model + " --dtype bf16 " + f("live") + " " + f("prefill") + " --json");
+    auto bf16 = json("cache locate --model " + model + " --dtype bf16 " + f("live") + " " + f("prefill") + " --json");
+    EXPECT_EQ(bf16["rebuilt_matches_file"]["a"], true);
+    EXPECT_EQ(bf16["rebuilt_matches_file"]["b"], true);
+    const std::optional<Parting> parting = partingCaches();
+    if (!parting || parting->dtype != "bf16") {
+        EXPECT_TRUE(bf16["first_difference"].is_null()) << "bit-identical caches, so no differing op";
+    }
+    if (!parting) GTEST_SKIP() << test::noSplitHere("bf16 and fp32 live and prefill caches are bit-identical");
+    auto j = json("cache locate --model " + model + " --dtype " + parting->dtype + " " + f(parting->prefix + "live") +
+                  " " + f(parting->prefix + "prefill") + " --json");
     EXPECT_EQ(j["rebuilt_matches_file"]["a"], true);
     EXPECT_EQ(j["rebuilt_matches_file"]["b"], true);
-    if (json("cache diff " + f("live") + " " + f("prefill") + " --json")["bit_exact"] == true) {
-        EXPECT_TRUE(j["first_difference"].is_null()) << "bit-identical caches, so no differing op";
-        GTEST_SKIP() << test::noSplitHere("bf16 live and prefill caches are bit-identical");
-    }
     ASSERT_FALSE(j["first_difference"].is_null());
     const std::string op = j["first_difference"]["op"];
     EXPECT_FALSE(test::isElementwiseOp(op)) << op << ": equal inputs give an elementwise op equal outputs";

@@ -87,20 +87,22 @@ TEST_P(Constructions, Bf16IncrementalIsBitExactWithLive) {
     EXPECT_TRUE(torch::equal(b.live.nextLogits(), b.incremental.nextLogits()));
 }
 
-TEST_P(Constructions, Bf16PrefillDiffersFromLiveAndTheDiffSaysWhere) {
+TEST_P(Constructions, PrefillDiffersFromLiveAndTheDiffSaysWhere) {
     // One-shot prefill runs the same ops on matrices of other shapes (many rows where live had one),
     // which the kernels may accumulate in another order: then the low bits differ. Whether and where
     // they first differ (layer, op) depends on the libtorch build and the CPU, so only the report's
-    // own consistency is pinned here.
-    Transformer m =
-        Transformer::load(test::tinyModel(GetParam() + std::string("-wide")), torch::kBFloat16, torch::kCPU);
-    auto [live, prefill] = liveAndPrefill(m, 64);
-    const CacheDiff d = diffCaches(live, prefill);
-    EXPECT_EQ(d.bitExact, sameBits(live, prefill)) << "the diff and the fingerprints agree";
-    if (d.bitExact) {
-        EXPECT_FALSE(d.firstDifference.has_value());
-        GTEST_SKIP() << test::noSplitHere("bf16 live and prefill caches are bit-identical");
+    // own consistency is pinned here. In bf16, or else in fp32: PyTorch 2.13's bf16 GEMM and GEMV
+    // agree on these shapes on a Zen 4 with AVX512-BF16, its fp32 ones do not.
+    CacheDiff d;
+    for (const torch::ScalarType dtype : {torch::kBFloat16, torch::kFloat32}) {
+        Transformer m = Transformer::load(test::tinyModel(GetParam() + std::string("-wide")), dtype, torch::kCPU);
+        auto [live, prefill] = liveAndPrefill(m, 64);
+        d = diffCaches(live, prefill);
+        EXPECT_EQ(d.bitExact, sameBits(live, prefill)) << "the diff and the fingerprints agree";
+        EXPECT_EQ(d.firstDifference.has_value(), !d.bitExact);
+        if (!d.bitExact) break;
     }
+    if (d.bitExact) GTEST_SKIP() << test::noSplitHere("bf16 and fp32 live and prefill caches are bit-identical");
     ASSERT_TRUE(d.firstDifference.has_value());
     for (int64_t l = 0; l < d.firstDifference->first; ++l) EXPECT_TRUE(d.perLayer[l].bitExact) << "layer " << l;
     EXPECT_FALSE(d.perLayer[d.firstDifference->first].bitExact);
