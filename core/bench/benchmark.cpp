@@ -397,8 +397,8 @@ struct BandwidthProbe::Arrays {
 // Why the arrays are kept: on a Zen 4 VM (Firecracker, the guest reporting free pages to the host)
 // decode steps of ~30 ms took 60-250 ms about 2 and 4.5 s after the process freed 2 GiB, and 53-74
 // ms about 2 s after it freed 300 MiB. In a throwaway loop of read passes and runs of 4 steps, with
-// the 3 x 256 MiB mapped afresh for each pass, 4 of 84 steps took over 45 ms in each of two runs;
-// with one array kept, none of 80 in either.
+// the 3 x 256 MiB mapped afresh for each pass, 4 and 8 of 160 steps took over 45 ms in two runs
+// (the slowest 90 and 301 ms); with one array kept, 1 and 0 of 160 (the slowest 45 ms).
 BandwidthProbe::BandwidthProbe(std::size_t bytesPerArray) {
     const int threads = std::max(1, at::get_num_threads());
     arrays_.reset(new Arrays{ProbeArray(bytesPerArray, threads, 0.f), ProbeArray(bytesPerArray, threads, 1.f),
