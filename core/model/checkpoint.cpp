@@ -128,23 +128,19 @@ std::vector<std::string> Checkpoint::weightFiles() const {
     return out;
 }
 
-const SafetensorsEntry& Checkpoint::entry(const std::string& name) const {
+const SafetensorsFile& Checkpoint::fileHolding(const std::string& name) const {
     auto it = where_.find(name);
     if (it == where_.end()) throw TensorError(dir_ + ": checkpoint has no tensor '" + name + "'");
-    return *it->second->find(name);
+    return *it->second;
 }
+
+const SafetensorsEntry& Checkpoint::entry(const std::string& name) const { return *fileHolding(name).find(name); }
 
 torch::Tensor Checkpoint::read(const std::string& name, torch::ScalarType dtype) const {
-    auto it = where_.find(name);
-    if (it == where_.end()) throw TensorError(dir_ + ": checkpoint has no tensor '" + name + "'");
-    return it->second->read(name, dtype);
+    return fileHolding(name).read(name, dtype);
 }
 
-void Checkpoint::readInto(const std::string& name, torch::Tensor& out) const {
-    auto it = where_.find(name);
-    if (it == where_.end()) throw TensorError(dir_ + ": checkpoint has no tensor '" + name + "'");
-    it->second->readInto(name, out);
-}
+void Checkpoint::readInto(const std::string& name, torch::Tensor& out) const { fileHolding(name).readInto(name, out); }
 
 std::vector<std::string> Checkpoint::validate() const {
     std::vector<std::string> problems;

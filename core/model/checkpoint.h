@@ -43,6 +43,8 @@ private:
     ModelConfig config_;
     std::vector<std::unique_ptr<SafetensorsFile>> files_;
     std::map<std::string, const SafetensorsFile*> where_;  // tensor name -> the file that holds it
+
+    const SafetensorsFile& fileHolding(const std::string& name) const;  // TensorError where none does
 };
 
 }  // namespace kvscope

@@ -156,15 +156,16 @@ torch::Tensor SafetensorsFile::readStored(const SafetensorsEntry& e) const {
     return out;
 }
 
-torch::Tensor SafetensorsFile::read(const std::string& name) const {
+const SafetensorsEntry& SafetensorsFile::entryNamed(const std::string& name) const {
     const SafetensorsEntry* e = find(name);
     if (!e) throw TensorError(path() + ": no tensor named '" + name + "'");
-    return readStored(*e);
+    return *e;
 }
 
+torch::Tensor SafetensorsFile::read(const std::string& name) const { return readStored(entryNamed(name)); }
+
 void SafetensorsFile::readInto(const std::string& name, torch::Tensor& out) const {
-    const SafetensorsEntry* e = find(name);
-    if (!e) throw TensorError(path() + ": no tensor named '" + name + "'");
+    const SafetensorsEntry* e = &entryNamed(name);
     if (out.sizes() != c10::IntArrayRef(e->shape) || !out.is_contiguous() || !out.device().is_cpu())
         throw TensorError(path() + ": tensor '" + name + "' cannot be read into a tensor of shape " +
                           c10::str(out.sizes()) + " (a contiguous CPU tensor of its shape was expected)");

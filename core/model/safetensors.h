@@ -45,6 +45,7 @@ public:
 
 private:
     void parseHeader();
+    const SafetensorsEntry& entryNamed(const std::string& name) const;  // TensorError where absent
     torch::Tensor readStored(const SafetensorsEntry& entry) const;
 
     MappedFile file_;

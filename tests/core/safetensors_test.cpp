@@ -81,7 +81,8 @@ TEST(Safetensors, ReadIntoConvertsAsReadDoesWithoutAWholeTensorCopy) {
             EXPECT_TRUE(torch::equal(into, expected)) << name << " as " << c10::toString(dtype);
         }
     // The destination must be a contiguous tensor of the stored shape; the message names file and tensor.
-    for (torch::Tensor wrong : {torch::empty({5, 3}), torch::empty({5, 3}).t().contiguous().t()}) {
+    // Another shape, and the right shape but not contiguous.
+    for (torch::Tensor wrong : {torch::empty({5, 3}), torch::empty({5, 3}).t()}) {
         try {
             f.readInto("f32", wrong);
             FAIL() << "expected a TensorError";
