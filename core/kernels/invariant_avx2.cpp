@@ -30,9 +30,11 @@ struct Avx2Vec {
     // a thread, since the weights lie on 2 MiB pages (invariant_avx512_vec.h says why). Through
     // this path on a Zen 4 VM (KVSCOPE_KERNEL_PATH=avx2, three interleaved pairs of `kvscope bench`
     // runs): bf16 decode 28.4 / 31.1 / 37.2 tok/s against 26.0 / 28.3 / 31.3 with one row a tile
-    // and two runs. Not measured on an AVX2-only CPU: on 4 KiB pages, one row and two runs had been
-    // faster on a Sapphire Rapids (a step's linears 37.0-37.4 ms against 42.0-42.2 with two rows)
-    // and no slower than the others on an AVX2-only Zen 3.
+    // and two runs. On a Sapphire Rapids VM (2 MiB pages, three alternating pairs) the other way:
+    // 20.3-20.7 tok/s against 21.6-21.9 with one row and two runs. Not measured on an AVX2-only
+    // CPU: on 4 KiB pages, one row and two runs had been faster on a Sapphire Rapids (a step's
+    // linears 37.0-37.4 ms against 42.0-42.2 with two rows) and no slower than the others on an
+    // AVX2-only Zen 3.
     static constexpr int kRows = 2, kCols = 3, kDecodeCols = 4, kDecodeStreams = 1;
     static constexpr bool kDecodeFetchesAhead = true;
     static constexpr int kValueRows = 1;  // two queries' 4 chains would fill all 16 registers
