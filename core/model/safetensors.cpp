@@ -165,14 +165,14 @@ const SafetensorsEntry& SafetensorsFile::entryNamed(const std::string& name) con
 torch::Tensor SafetensorsFile::read(const std::string& name) const { return readStored(entryNamed(name)); }
 
 void SafetensorsFile::readInto(const std::string& name, torch::Tensor& out) const {
-    const SafetensorsEntry* e = &entryNamed(name);
-    if (out.sizes() != c10::IntArrayRef(e->shape) || !out.is_contiguous() || !out.device().is_cpu())
+    const SafetensorsEntry& e = entryNamed(name);
+    if (out.sizes() != c10::IntArrayRef(e.shape) || !out.is_contiguous() || !out.device().is_cpu())
         throw TensorError(path() + ": tensor '" + name + "' cannot be read into a tensor of shape " +
                           c10::str(out.sizes()) + " (a contiguous CPU tensor of its shape was expected)");
-    const auto stored = scalarTypeFromSafetensors(e->dtype);
-    const std::uint8_t* src = file_.data() + dataStart_ + e->begin;
+    const auto stored = scalarTypeFromSafetensors(e.dtype);
+    const std::uint8_t* src = file_.data() + dataStart_ + e.begin;
     if (stored == out.scalar_type()) {
-        if (e->end > e->begin) std::memcpy(out.data_ptr(), src, e->end - e->begin);
+        if (e.end > e.begin) std::memcpy(out.data_ptr(), src, e.end - e.begin);
         return;
     }
     // The stored elements go through an aligned buffer (offsets in the file need not be aligned to

@@ -159,8 +159,11 @@ TEST_F(CacheCli, LocateNamesTheFirstDifferingOp) {
         EXPECT_TRUE(bf16["first_difference"].is_null()) << "bit-identical caches, so no differing op";
     }
     if (!parting) GTEST_SKIP() << test::noSplitHere("bf16 and fp32 live and prefill caches are bit-identical");
-    auto j = json("cache locate --model " + model + " --dtype " + parting->dtype + " " + f(parting->prefix + "live") +
-                  " " + f(parting->prefix + "prefill") + " --json");
+    // Where bf16 parts, the locate above is the one to check; otherwise the fp32 caches'.
+    const nlohmann::json j = parting->dtype == "bf16"
+                                 ? bf16
+                                 : json("cache locate --model " + model + " --dtype " + parting->dtype + " " +
+                                        f(parting->prefix + "live") + " " + f(parting->prefix + "prefill") + " --json");
     EXPECT_EQ(j["rebuilt_matches_file"]["a"], true);
     EXPECT_EQ(j["rebuilt_matches_file"]["b"], true);
     ASSERT_FALSE(j["first_difference"].is_null());
