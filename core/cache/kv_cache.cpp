@@ -78,6 +78,16 @@ void KvCache::write(int64_t layer, const torch::Tensor& k, const torch::Tensor& 
     writeRows(v, values_[layer], length());
 }
 
+void* KvCache::keysData(int64_t layer) {
+    checkLayer(layer);
+    return keys_[layer].data_ptr();
+}
+
+void* KvCache::valuesData(int64_t layer) {
+    checkLayer(layer);
+    return values_[layer].data_ptr();
+}
+
 torch::Tensor KvCache::keys(int64_t layer, int64_t upTo) const {
     checkLayer(layer);
     return keys_[layer].narrow(1, 0, upTo);

@@ -65,6 +65,10 @@ public:
     // Views of positions [0, upTo) of one layer: [num_kv_heads, upTo, head_dim] (no copy).
     torch::Tensor keys(int64_t layer, int64_t upTo) const;
     torch::Tensor values(int64_t layer, int64_t upTo) const;
+    // The storage of one layer's keys or values, [num_kv_heads, capacity, head_dim] contiguous on
+    // the CPU, for a decode step that writes and reads it in place (Transformer's decode on rows).
+    void* keysData(int64_t layer);
+    void* valuesData(int64_t layer);
     // After every layer has written: the new ids become part of the cache.
     void commit(const std::vector<int64_t>& newIds);
 

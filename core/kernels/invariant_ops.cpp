@@ -44,37 +44,71 @@ inline float* bits(float* p) { return p; }
 inline const uint16_t* bits(const c10::BFloat16* p) { return reinterpret_cast<const uint16_t*>(p); }
 inline uint16_t* bits(c10::BFloat16* p) { return reinterpret_cast<uint16_t*>(p); }
 
-// A bf16 tensor's elements as the kernels' raw uint16 bits.
-const uint16_t* bf16Bits(const torch::Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data_ptr()); }
-uint16_t* bf16Bits(torch::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr()); }
-
 // out[:, o0:o1] = cast(sums[:, o0:o1] + bias[o0:o1]): the bias added to the fp32 sum (one rounding),
 // then one rounding to the output's dtype.
-void finish(const torch::Tensor& sums, const torch::Tensor& bias, torch::Tensor& out, int64_t o0, int64_t o1, Isa isa) {
-    const int64_t S = sums.size(0), width = sums.size(1), n = o1 - o0;
-    const float* sp = sums.data_ptr<float>();
-    if (out.scalar_type() == torch::kBFloat16) {
+void finish(const float* sums, int64_t S, const LinearInto& p, bool outBf16, int64_t o0, int64_t o1, Isa isa) {
+    const int64_t width = p.out, n = o1 - o0;
+    if (outBf16) {
         for (int64_t r = 0; r < S; ++r) {
             const int64_t at = r * width + o0;
-            uint16_t* op = bf16Bits(out) + at;
-            if (!bias.defined())
-                finishSums(isa, sp + at, static_cast<const float*>(nullptr), op, n);
-            else if (bias.scalar_type() == torch::kBFloat16)
-                finishSums(isa, sp + at, bf16Bits(bias) + o0, op, n);
+            uint16_t* op = static_cast<uint16_t*>(p.output) + at;
+            if (!p.bias)
+                finishSums(isa, sums + at, static_cast<const float*>(nullptr), op, n);
+            else if (p.biasBf16)
+                finishSums(isa, sums + at, static_cast<const uint16_t*>(p.bias) + o0, op, n);
             else
-                finishSums(isa, sp + at, bias.data_ptr<float>() + o0, op, n);
+                finishSums(isa, sums + at, static_cast<const float*>(p.bias) + o0, op, n);
         }
         return;
     }
-    float* op = out.data_ptr<float>();  // fp32 with a bias (fp32 without one needs no finishing)
-    withElement(bias.scalar_type(), [&](auto biasElement) {
-        const auto* bp = static_cast<const decltype(biasElement)*>(bias.data_ptr());
+    float* op = static_cast<float*>(p.output);  // fp32 with a bias (fp32 without one needs no finishing)
+    auto addBias = [&](const auto* bias) {
         for (int64_t r = 0; r < S; ++r)
-            for (int64_t o = o0; o < o1; ++o) op[r * width + o] = sp[r * width + o] + static_cast<float>(bp[o]);
-    });
+            for (int64_t o = o0; o < o1; ++o) op[r * width + o] = sums[r * width + o] + static_cast<float>(bias[o]);
+    };
+    if (p.biasBf16)
+        addBias(static_cast<const c10::BFloat16*>(p.bias));
+    else
+        addBias(static_cast<const float*>(p.bias));
 }
 
 }  // namespace
+
+void linearsInto(const void* x, bool xBf16, int64_t S, int64_t in, const std::vector<LinearInto>& projections,
+                 bool outBf16, Isa isa, LinearOrder order) {
+    bool pairs = xBf16;
+    for (const LinearInto& p : projections) pairs = pairs && p.weightBf16;
+    if (xBf16 && !pairs) throw UsageError("--kernels invariant: a bf16 row takes bf16 weights only (widen it first)");
+    // Threads take whole blocks of 64 output features, so a feature's sum never crosses threads;
+    // the blocks of every projection form one range, split in one parallel region. A single row
+    // lets a thread done with its part take blocks from the end of the other's (kernel_threads.h):
+    // two threads streaming from memory do not finish together. Measured on a 2-core Zen 4 VM,
+    // decode steps alternating with and without it in one process: median step 5-9% shorter.
+    constexpr int64_t kBlock = 64, kStealBlocks = 1;
+    std::vector<int64_t> firstBlock = {0};  // per projection
+    for (const LinearInto& p : projections) firstBlock.push_back(firstBlock.back() + (p.out + kBlock - 1) / kBlock);
+    auto computeBlocks = [&](int64_t begin, int64_t end) {
+        for (std::size_t m = 0; m < projections.size(); ++m) {
+            const int64_t from = std::max(begin, firstBlock[m]), to = std::min(end, firstBlock[m + 1]);
+            if (from >= to) continue;
+            const LinearInto& p = projections[m];
+            const int64_t o0 = (from - firstBlock[m]) * kBlock, o1 = std::min(p.out, (to - firstBlock[m]) * kBlock);
+            const auto* w16 = static_cast<const uint16_t*>(p.weight);
+            if (pairs && order == LinearOrder::Tiles)
+                linearTiles(bestTilePath(), static_cast<const uint16_t*>(x), S, in, w16, p.sums, p.out, o0, o1);
+            else if (pairs)
+                kernels::linear(pairsPathForRows(isa, S), static_cast<const uint16_t*>(x), S, in, w16, p.sums, p.out,
+                                o0, o1);
+            else if (p.weightBf16)
+                kernels::linear(isa, static_cast<const float*>(x), S, in, w16, p.sums, p.out, o0, o1);
+            else
+                kernels::linear(isa, static_cast<const float*>(x), S, in, static_cast<const float*>(p.weight), p.sums,
+                                p.out, o0, o1);
+            if (p.output) finish(p.sums, S, p, outBf16, o0, o1, isa);
+        }
+    };
+    parallel(firstBlock.back(), 1, computeBlocks, S == 1 ? kStealBlocks : 0);
+}
 
 std::vector<torch::Tensor> linears(const torch::Tensor& x, const std::vector<Projection>& projections,
                                    torch::ScalarType outType, Isa isa, LinearOrder order) {
@@ -96,49 +130,49 @@ std::vector<torch::Tensor> linears(const torch::Tensor& x, const std::vector<Pro
     // widens them there; the pair order lays its weights out itself (invariant_impl.h).
     constexpr int64_t kWidenFromRows = 32, kWidenUpToInputs = 2048;
     const bool widen = !pairs && S >= kWidenFromRows && in <= kWidenUpToInputs && !widensWeightsItself(isa, S);
-    // Threads take whole blocks of 64 output features, so a feature's sum never crosses threads;
-    // the blocks of every projection form one range, split in one parallel region. A single row
-    // lets a thread done with its part take blocks from the end of the other's (kernel_threads.h):
-    // two threads streaming from memory do not finish together. Measured on a 2-core Zen 4 VM,
-    // decode steps alternating with and without it in one process: median step 5-9% shorter.
-    constexpr int64_t kBlock = 64, kStealBlocks = 1;
-    std::vector<torch::Tensor> weights, biases, sums, outputs;
-    std::vector<int64_t> firstBlock = {0};                                                 // per projection
+    std::vector<torch::Tensor> kept, outputs;  // kept: the weights, biases and sums the kernels read and write
+    std::vector<LinearInto> raw;
     for (const Projection& p : projections) {
-        weights.push_back(widen ? asFloat(p.weight) : p.weight.contiguous());               // [out, in]
-        biases.push_back(p.bias.defined() ? p.bias.contiguous() : p.bias);                  // [out]
-        sums.push_back(torch::empty({S, p.weight.size(0)}, torch::kFloat32));              // [S, out]
+        const torch::Tensor w = widen ? asFloat(p.weight) : p.weight.contiguous();          // [out, in]
+        if (p.bias.defined()) requireCpuFloat(p.bias, "a bias");
+        const torch::Tensor bias = p.bias.defined() ? p.bias.contiguous() : p.bias;         // [out]
+        const int64_t out = w.size(0);
+        torch::Tensor sums = torch::empty({S, out}, torch::kFloat32);                       // [S, out]
         // fp32 without a bias: the sums are the result; otherwise they are finished into it.
-        const bool finished = outType != torch::kFloat32 || p.bias.defined();
-        outputs.push_back(finished ? torch::empty({S, p.weight.size(0)}, outType) : sums.back());  // [S, out]
-        firstBlock.push_back(firstBlock.back() + (p.weight.size(0) + kBlock - 1) / kBlock);
+        const bool finished = outType != torch::kFloat32 || bias.defined();
+        outputs.push_back(finished ? torch::empty({S, out}, outType) : sums);               // [S, out]
+        raw.push_back({w.data_ptr(), w.scalar_type() == torch::kBFloat16, out,
+                       bias.defined() ? bias.data_ptr() : nullptr,
+                       bias.defined() && bias.scalar_type() == torch::kBFloat16, sums.data_ptr<float>(),
+                       finished ? outputs.back().data_ptr() : nullptr});
+        kept.insert(kept.end(), {w, bias, sums});
     }
-    auto computeBlocks = [&](int64_t begin, int64_t end) {
-        for (std::size_t m = 0; m < weights.size(); ++m) {
-            const int64_t from = std::max(begin, firstBlock[m]), to = std::min(end, firstBlock[m + 1]);
-            if (from >= to) continue;
-            const torch::Tensor& w = weights[m];
-            const int64_t out = w.size(0);
-            const int64_t o0 = (from - firstBlock[m]) * kBlock, o1 = std::min(out, (to - firstBlock[m]) * kBlock);
-            float* yp = sums[m].data_ptr<float>();
-            if (pairs && order == LinearOrder::Tiles)
-                linearTiles(bestTilePath(), bf16Bits(xs), S, in, bf16Bits(w), yp, out, o0, o1);
-            else if (pairs)
-                kernels::linear(pairsPathForRows(isa, S), bf16Bits(xs), S, in, bf16Bits(w), yp, out, o0, o1);
-            else if (w.scalar_type() == torch::kBFloat16)
-                kernels::linear(isa, xs.data_ptr<float>(), S, in, bf16Bits(w), yp, out, o0, o1);
-            else
-                kernels::linear(isa, xs.data_ptr<float>(), S, in, w.data_ptr<float>(), yp, out, o0, o1);
-            if (!outputs[m].is_same(sums[m])) finish(sums[m], biases[m], outputs[m], o0, o1, isa);
-        }
-    };
-    parallel(firstBlock.back(), 1, computeBlocks, S == 1 ? kStealBlocks : 0);
+    linearsInto(xs.data_ptr(), pairs, S, in, raw, outType == torch::kBFloat16, isa, order);
     return outputs;
 }
 
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, torch::ScalarType outType,
                      Isa isa, LinearOrder order) {
     return linears(x, {{w, b}}, outType, isa, order).front();
+}
+
+void rmsNormInto(const void* x, const void* weight, void* out, bool bf16, int64_t rows, int64_t n, double eps,
+                 Isa isa) {
+    withElement(bf16 ? torch::kBFloat16 : torch::kFloat32, [&](auto element) {
+        using T = decltype(element);
+        const T* xp = static_cast<const T*>(x);
+        const T* wp = static_cast<const T*>(weight);
+        T* op = static_cast<T*>(out);
+        parallel(rows, 16, [&](int64_t begin, int64_t end) {
+            std::vector<float> row(static_cast<std::size_t>(n));                            // [n] fp32
+            for (int64_t r = begin; r < end; ++r) {
+                widenInto(xp + r * n, bf16, row.data(), n);
+                const float scale = 1.0f / std::sqrt(sumOfSquares(isa, row.data(), n) / static_cast<float>(n) +
+                                                     static_cast<float>(eps));
+                scaleByWeight(isa, row.data(), scale, bits(wp), bits(op + r * n), n);
+            }
+        });
+    });
 }
 
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps, Isa isa) {
@@ -150,21 +184,7 @@ torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, doubl
     const torch::Tensor xc = x.contiguous(), wc = weight.contiguous();                   // [rows, n], [n]
     torch::Tensor out = torch::empty_like(xc);                                             // like x
     const int64_t rows = n > 0 ? xc.numel() / n : 0;
-    withElement(x.scalar_type(), [&](auto element) {
-        using T = decltype(element);
-        const T* xp = static_cast<const T*>(xc.data_ptr());
-        const T* wp = static_cast<const T*>(wc.data_ptr());
-        T* op = static_cast<T*>(out.data_ptr());
-        parallel(rows, 16, [&](int64_t begin, int64_t end) {
-            std::vector<float> row(static_cast<std::size_t>(n));                            // [n] fp32
-            for (int64_t r = begin; r < end; ++r) {
-                for (int64_t i = 0; i < n; ++i) row[i] = static_cast<float>(xp[r * n + i]);
-                const float scale = 1.0f / std::sqrt(sumOfSquares(isa, row.data(), n) / static_cast<float>(n) +
-                                                     static_cast<float>(eps));
-                scaleByWeight(isa, row.data(), scale, bits(wp), bits(op + r * n), n);
-            }
-        });
-    });
+    rmsNormInto(xc.data_ptr(), wc.data_ptr(), out.data_ptr(), x.scalar_type() == torch::kBFloat16, rows, n, eps, isa);
     return out;
 }
 
@@ -186,19 +206,13 @@ RopeAngles ropeAngles(const torch::Tensor& invFreq, int64_t start, int64_t S) {
     return angles;
 }
 
-torch::Tensor rope(const torch::Tensor& x, const RopeAngles& angles) {
-    requireCpuFloat(x, "RoPE's input");
-    const int64_t S = x.size(0), heads = x.size(1), D = x.size(2), half = D / 2;
-    if (angles.cosines.size(0) != S || angles.cosines.size(1) != half)
-        throw UsageError("--kernels invariant: RoPE's angles do not match its input's rows and head size");
-    const torch::Tensor xc = x.contiguous();                                               // [S, heads, D]
-    torch::Tensor out = torch::empty_like(xc);                                             // [S, heads, D]
-    const float* cosines = angles.cosines.data_ptr<float>();
-    const float* sines = angles.sines.data_ptr<float>();
-    withElement(x.scalar_type(), [&](auto element) {
+void ropeInto(const void* x, void* out, bool bf16, int64_t S, int64_t heads, int64_t D, const float* cosines,
+              const float* sines) {
+    const int64_t half = D / 2;
+    withElement(bf16 ? torch::kBFloat16 : torch::kFloat32, [&](auto element) {
         using T = decltype(element);
-        const T* xp = static_cast<const T*>(xc.data_ptr());
-        T* op = static_cast<T*>(out.data_ptr());
+        const T* xp = static_cast<const T*>(x);
+        T* op = static_cast<T*>(out);
         parallel(S, 1, [&](int64_t begin, int64_t end) {
             for (int64_t s = begin; s < end; ++s) {
                 const float* cosAt = cosines + s * half;
@@ -216,6 +230,17 @@ torch::Tensor rope(const torch::Tensor& x, const RopeAngles& angles) {
             }
         });
     });
+}
+
+torch::Tensor rope(const torch::Tensor& x, const RopeAngles& angles) {
+    requireCpuFloat(x, "RoPE's input");
+    const int64_t S = x.size(0), heads = x.size(1), D = x.size(2), half = D / 2;
+    if (angles.cosines.size(0) != S || angles.cosines.size(1) != half)
+        throw UsageError("--kernels invariant: RoPE's angles do not match its input's rows and head size");
+    const torch::Tensor xc = x.contiguous();                                               // [S, heads, D]
+    torch::Tensor out = torch::empty_like(xc);                                             // [S, heads, D]
+    ropeInto(xc.data_ptr(), out.data_ptr(), x.scalar_type() == torch::kBFloat16, S, heads, D,
+             angles.cosines.data_ptr<float>(), angles.sines.data_ptr<float>());
     return out;
 }
 
@@ -223,23 +248,16 @@ torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& invFreq, int64_t
     return rope(x, ropeAngles(invFreq, start, x.size(0)));
 }
 
-torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& keys, const torch::Tensor& values, int64_t start,
-                        Isa isa) {
-    requireCpuFloat(q, "attention's queries");
-    const int64_t S = q.size(0), Q = q.size(1), D = q.size(2), KV = keys.size(0);
-    if (keys.stride(2) != 1 || keys.stride(1) != D || values.strides() != keys.strides() ||
-        keys.scalar_type() != values.scalar_type())
-        throw UsageError("--kernels invariant: keys and values must be cache views with rows of D contiguous features");
-    const torch::Tensor qf = asFloat(q);                                                   // [S, Q, D]
-    torch::Tensor out = torch::empty({S, Q, D}, torch::kFloat32);                          // [S, Q, D]
+void attentionInto(const float* q, const void* keys, const void* values, bool bf16, int64_t headStride, int64_t S,
+                   int64_t start, int64_t Q, int64_t KV, int64_t D, float* out, Isa isa) {
     auto run = [&](auto element) {
         using Element = decltype(element);
         AttentionArgs<Element> a;
-        a.q = qf.data_ptr<float>();
-        a.keys = static_cast<const Element*>(keys.data_ptr());
-        a.values = static_cast<const Element*>(values.data_ptr());
-        a.headStride = keys.stride(0);
-        a.out = out.data_ptr<float>();
+        a.q = q;
+        a.keys = static_cast<const Element*>(keys);
+        a.values = static_cast<const Element*>(values);
+        a.headStride = headStride;
+        a.out = out;
         a.S = S, a.start = start, a.Q = Q, a.KV = KV, a.D = D;
         a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
         // Stealing: with S > 1 the later queries attend to more keys (kernel_threads.h). Not for a
@@ -254,11 +272,35 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& keys, const
             },
             S > 1 ? 1 : 0);
     };
-    if (keys.scalar_type() == torch::kBFloat16)
+    if (bf16)
         run(uint16_t{});
     else
         run(float{});
+}
+
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& keys, const torch::Tensor& values, int64_t start,
+                        Isa isa) {
+    requireCpuFloat(q, "attention's queries");
+    const int64_t S = q.size(0), Q = q.size(1), D = q.size(2), KV = keys.size(0);
+    if (keys.stride(2) != 1 || keys.stride(1) != D || values.strides() != keys.strides() ||
+        keys.scalar_type() != values.scalar_type())
+        throw UsageError("--kernels invariant: keys and values must be cache views with rows of D contiguous features");
+    const torch::Tensor qf = asFloat(q);                                                   // [S, Q, D]
+    torch::Tensor out = torch::empty({S, Q, D}, torch::kFloat32);                          // [S, Q, D]
+    attentionInto(qf.data_ptr<float>(), keys.data_ptr(), values.data_ptr(), keys.scalar_type() == torch::kBFloat16,
+                  keys.stride(0), S, start, Q, KV, D, out.data_ptr<float>(), isa);
     return out.view({S, Q * D}).to(q.scalar_type());
+}
+
+void siluGateInto(const void* gate, const void* up, void* out, bool bf16, int64_t n, Isa isa) {
+    withElement(bf16 ? torch::kBFloat16 : torch::kFloat32, [&](auto element) {
+        using T = decltype(element);
+        const T *gp = static_cast<const T*>(gate), *upp = static_cast<const T*>(up);
+        T* op = static_cast<T*>(out);
+        parallel(n, 4096, [&](int64_t begin, int64_t end) {
+            kernels::siluGate(isa, bits(gp + begin), bits(upp + begin), bits(op + begin), end - begin);
+        });
+    });
 }
 
 torch::Tensor siluGate(const torch::Tensor& gate, const torch::Tensor& up, Isa isa) {
@@ -267,15 +309,33 @@ torch::Tensor siluGate(const torch::Tensor& gate, const torch::Tensor& up, Isa i
         throw UsageError("--kernels invariant: the MLP's gate and up projections differ in dtype or shape");
     const torch::Tensor g = gate.contiguous(), u = up.contiguous();                       // [S, I]
     torch::Tensor out = torch::empty_like(g);                                              // [S, I]
-    withElement(gate.scalar_type(), [&](auto element) {
-        using T = decltype(element);
-        const T *gp = static_cast<const T*>(g.data_ptr()), *upp = static_cast<const T*>(u.data_ptr());
-        T* op = static_cast<T*>(out.data_ptr());
-        parallel(g.numel(), 4096, [&](int64_t begin, int64_t end) {
-            kernels::siluGate(isa, bits(gp + begin), bits(upp + begin), bits(op + begin), end - begin);
-        });
-    });
+    siluGateInto(g.data_ptr(), u.data_ptr(), out.data_ptr(), gate.scalar_type() == torch::kBFloat16, g.numel(), isa);
     return out;
+}
+
+void addInto(void* x, const void* a, bool bf16, int64_t n) {
+    withElement(bf16 ? torch::kBFloat16 : torch::kFloat32, [&](auto element) {
+        using T = decltype(element);
+        T* xp = static_cast<T*>(x);
+        const T* ap = static_cast<const T*>(a);
+        for (int64_t i = 0; i < n; ++i) xp[i] = T(static_cast<float>(xp[i]) + static_cast<float>(ap[i]));
+    });
+}
+
+void widenInto(const void* x, bool bf16, float* out, int64_t n) {
+    withElement(bf16 ? torch::kBFloat16 : torch::kFloat32, [&](auto element) {
+        using T = decltype(element);
+        const T* xp = static_cast<const T*>(x);
+        for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(xp[i]);
+    });
+}
+
+void roundInto(const float* x, void* out, bool bf16, int64_t n) {
+    withElement(bf16 ? torch::kBFloat16 : torch::kFloat32, [&](auto element) {
+        using T = decltype(element);
+        T* op = static_cast<T*>(out);
+        for (int64_t i = 0; i < n; ++i) op[i] = T(x[i]);
+    });
 }
 
 }  // namespace kvscope::kernels

@@ -48,4 +48,42 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& keys, const
 // gate, up: [S, I]  ->  cast(silu(gate) * up), silu(g) = g / (1 + e^-g) by the kernels' exp
 torch::Tensor siluGate(const torch::Tensor& gate, const torch::Tensor& up, Isa isa = bestIsa());
 
+// ---- The same ops on memory the caller owns ---------------------------------------------------
+// What the tensor ops above compute (they call these), without a torch op: a decode step's row runs
+// on these (Transformer's decode step). bf16 arrays as raw uint16 bits, fp32 as floats, named by a
+// `bf16` flag; every array contiguous. Each torch op costs microseconds of dispatch and allocation
+// whose code and bookkeeping the step's weight stream has evicted from the caches: the four around
+// one attention call took 29 us (median, after 64 MB of other reads; the kernel itself 20 us warm).
+
+// One projection of linearsInto: y[:, o] = sum over in of x[:, i] w[o, i] (+ bias[o]).
+struct LinearInto {
+    const void* weight = nullptr;  // [out, in]
+    bool weightBf16 = false;
+    int64_t out = 0;
+    const void* bias = nullptr;    // [out], or null
+    bool biasBf16 = false;
+    float* sums = nullptr;         // [S, out] fp32: the result itself where `output` is null
+    void* output = nullptr;        // [S, out] in the output dtype; null for fp32 without a bias
+};
+// linears() on raw rows: x is bf16 only where every weight is (the pair order), fp32 otherwise.
+void linearsInto(const void* x, bool xBf16, int64_t S, int64_t in, const std::vector<LinearInto>& projections,
+                 bool outBf16, Isa isa = bestIsa(), LinearOrder order = LinearOrder::Pairs);
+// rmsNorm() over `rows` rows of n; weight in the rows' dtype.
+void rmsNormInto(const void* x, const void* weight, void* out, bool bf16, int64_t rows, int64_t n, double eps,
+                 Isa isa = bestIsa());
+// rope() of x [S, heads, D] at the angles' S positions ([S, D/2] each).
+void ropeInto(const void* x, void* out, bool bf16, int64_t S, int64_t heads, int64_t D, const float* cosines,
+              const float* sines);
+// attention() into fp32 out [S, Q * D]: q fp32 [S, Q, D], keys and values [KV, *, D] of the cache's
+// dtype, KV head h at + h * headStride elements.
+void attentionInto(const float* q, const void* keys, const void* values, bool bf16, int64_t headStride, int64_t S,
+                   int64_t start, int64_t Q, int64_t KV, int64_t D, float* out, Isa isa = bestIsa());
+// siluGate() over n elements.
+void siluGateInto(const void* gate, const void* up, void* out, bool bf16, int64_t n, Isa isa = bestIsa());
+// x[i] = cast(x[i] + a[i]), the residual add as torch's (one fp32 add, rounded to the dtype).
+void addInto(void* x, const void* a, bool bf16, int64_t n);
+// out[i] = x[i] widened exactly to fp32; out[i] = cast(x[i]) rounded to the dtype.
+void widenInto(const void* x, bool bf16, float* out, int64_t n);
+void roundInto(const float* x, void* out, bool bf16, int64_t n);
+
 }  // namespace kvscope::kernels

@@ -74,6 +74,9 @@ public:
     bool invariant() const { return isInvariant(numerics_.kernels); }
     kernels::LinearOrder linearOrder() const { return linearOrderOf(numerics_.kernels); }
     const Weights& weights() const { return weights_; }
+    // Whether a decode step that nobody observes runs on rows (the invariant kernels without a torch
+    // op between them) rather than through the ops an observer sees: same bits either way.
+    bool decodesOnRows() const { return decodesOnRows_; }
     // SHA-256 over every weight tensor as loaded (names, dtype, shape, bytes) and any non-default
     // numerics: identifies the model, the compute dtype and the kernels. Computed once, on first use.
     const std::string& fingerprint() const;
@@ -101,6 +104,8 @@ private:
     torch::Tensor mlp(int64_t layer, const torch::Tensor& x, ForwardObserver* observer) const;
     torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const;
     torch::Tensor project(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {}) const;
+    bool weightsFitRowDecode() const;
+    torch::Tensor decodeOnRows(int64_t id, KvCache& cache) const;  // [1, vocab]; appends K/V, does not commit
 
     ModelConfig config_;
     Weights weights_;
@@ -108,6 +113,7 @@ private:
     torch::Device device_;
     Numerics numerics_;
     torch::Tensor invFreq_;  // [head_dim/2] fp32 rotary inverse frequencies (llama3-scaled if asked)
+    bool decodesOnRows_ = false;  // invariant kernels, weights as decodeOnRows reads them
     struct FingerprintMemo;
     std::shared_ptr<FingerprintMemo> fingerprint_;
 };

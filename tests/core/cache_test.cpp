@@ -145,16 +145,21 @@ TEST_P(Constructions, InvariantKernelsMakeEveryConstructionBitExact) {
     }
 }
 
-TEST_P(Constructions, InvariantKernelsAreBitExactOnOddShapes) {
-    // Sizes that are no multiple of the 16-lane chunks anywhere: head_dim 24, hidden 120, 5 query
-    // heads on 1 KV head, intermediate 200; the invariance must not rest on aligned shapes.
-    test::TempDir dir;
+// Sizes that are no multiple of the 16-lane chunks anywhere: head_dim 24, hidden 120, 5 query heads
+// on 1 KV head, intermediate 200.
+RandomCheckpointSpec oddShapes(const std::string& architecture, uint64_t seed) {
     RandomCheckpointSpec spec;
-    spec.architecture = GetParam() == "llama"   ? Architecture::Llama
-                        : GetParam() == "qwen3" ? Architecture::Qwen3
-                                                : Architecture::Qwen2;
-    spec.hiddenSize = 120, spec.numHeads = 5, spec.numKvHeads = 1, spec.intermediateSize = 200, spec.seed = 7;
-    writeRandomCheckpoint(spec, dir.file("odd"));
+    spec.architecture = architecture == "llama"   ? Architecture::Llama
+                        : architecture == "qwen3" ? Architecture::Qwen3
+                                                  : Architecture::Qwen2;
+    spec.hiddenSize = 120, spec.numHeads = 5, spec.numKvHeads = 1, spec.intermediateSize = 200, spec.seed = seed;
+    return spec;
+}
+
+TEST_P(Constructions, InvariantKernelsAreBitExactOnOddShapes) {
+    // The invariance must not rest on aligned shapes.
+    test::TempDir dir;
+    writeRandomCheckpoint(oddShapes(GetParam(), 7), dir.file("odd"));
     for (const auto& [kernelsChoice, dtype] : kInvariantRuns) {
         Numerics numerics;
         numerics.kernels = kernelsChoice;
@@ -167,6 +172,45 @@ TEST_P(Constructions, InvariantKernelsAreBitExactOnOddShapes) {
                 << construction << " " << dtypeName(dtype) << " " << kernelsName(kernelsChoice);
         }
     }
+}
+
+TEST_P(Constructions, ADecodeStepOnRowsEqualsTheObservedStep) {
+    // A decode step that nobody observes runs on rows (Transformer::decodeOnRows); one with an
+    // observer, or on weights that are views, runs through blocks(), whose ops the locator reports.
+    // Both must give the same logits and the same K and V, in every invariant mode and dtype, on the
+    // wide model and on odd shapes.
+    struct CountOps : ForwardObserver {
+        int64_t ops = 0;
+        void onOp(int64_t, const char*, const torch::Tensor&, int64_t) override { ++ops; }
+    };
+    test::TempDir dir;
+    writeRandomCheckpoint(oddShapes(GetParam(), 3), dir.file("odd"));
+    for (const std::string& model : {test::tinyModel(GetParam() + std::string("-wide")), dir.file("odd")})
+        for (const auto& [kernelsChoice, dtype] : kInvariantRuns) {
+            Numerics numerics;
+            numerics.kernels = kernelsChoice;
+            const Transformer m = Transformer::load(model, dtype, torch::kCPU, nullptr, numerics);
+            Weights viewed = m.weights();  // one weight a strided view of the same values
+            viewed.layers.back().wUp = viewed.layers.back().wUp.t().contiguous().t();
+            ASSERT_FALSE(viewed.layers.back().wUp.is_contiguous());
+            const Transformer onViews(m.config(), viewed, dtype, torch::kCPU, numerics);
+            ASSERT_TRUE(m.decodesOnRows());
+            ASSERT_FALSE(onViews.decodesOnRows());
+            KvCache prompt = m.newCache();
+            m.forward(kPrompt, prompt);
+            KvCache onRows = prompt.clone(), observed = prompt.clone(), throughViews = prompt.clone();
+            for (const int64_t id : {5, 77, 130, 2}) {
+                CountOps counted;
+                const torch::Tensor rows = m.forward({id}, onRows);                            // [1, V]
+                const torch::Tensor seen = m.forward({id}, observed, Logits::Last, &counted);  // [1, V]
+                ASSERT_GT(counted.ops, 0);
+                const std::string what = model + " " + dtypeName(dtype) + " " + kernelsName(kernelsChoice);
+                EXPECT_TRUE(torch::equal(rows, seen)) << what << ", token " << id;
+                EXPECT_TRUE(torch::equal(rows, onViews.forward({id}, throughViews))) << what << ", token " << id;
+            }
+            EXPECT_TRUE(sameBits(onRows, observed)) << model << " " << dtypeName(dtype);
+            EXPECT_TRUE(sameBits(onRows, throughViews)) << model << " " << dtypeName(dtype);
+        }
 }
 
 TEST_P(Constructions, TheTileOrderIsAChoiceOfItsOwn) {
