@@ -10,6 +10,17 @@
 namespace kvscope {
 
 namespace {
+// Copies S rows of D elements a KV head into rows [at, at+S) of `to` [KV, capacity, D] (contiguous, on
+// the CPU, the rows' dtype): row s of head h starts headStride * h + rowStride * s elements into `src`.
+void copyRows(const char* src, int64_t headStride, int64_t rowStride, int64_t S, torch::Tensor& to, int64_t at) {
+    const int64_t KV = to.size(0), capacity = to.size(1), D = to.size(2), element = to.element_size();
+    auto* dst = static_cast<char*>(to.data_ptr());
+    for (int64_t h = 0; h < KV; ++h)
+        for (int64_t s = 0; s < S; ++s)
+            std::memcpy(dst + (h * capacity + at + s) * D * element, src + (h * headStride + s * rowStride) * element,
+                        static_cast<std::size_t>(D * element));
+}
+
 // Writes rows [0, S) of `from` [KV, S, D] at rows [at, at+S) of `to` [KV, capacity, D]. On the CPU,
 // where each row's D elements are contiguous in the cache's dtype, row by row with memcpy: torch's
 // copy_ of a decode step's two KV heads cost 8-19 us a layer, its code and bookkeeping evicted from
@@ -22,14 +33,7 @@ void writeRows(const torch::Tensor& from, torch::Tensor& to, int64_t at) {
         to.narrow(1, at, S).copy_(from);
         return;
     }
-    const int64_t element = from.element_size(), capacity = to.size(1);
-    const auto* src = static_cast<const char*>(from.data_ptr());
-    auto* dst = static_cast<char*>(to.data_ptr());
-    for (int64_t h = 0; h < KV; ++h)
-        for (int64_t s = 0; s < S; ++s)
-            std::memcpy(dst + (h * capacity + at + s) * D * element,
-                        src + (h * from.stride(0) + s * from.stride(1)) * element,
-                        static_cast<std::size_t>(D * element));
+    copyRows(static_cast<const char*>(from.data_ptr()), from.stride(0), from.stride(1), S, to, at);
 }
 }  // namespace
 
@@ -78,12 +82,20 @@ void KvCache::write(int64_t layer, const torch::Tensor& k, const torch::Tensor& 
     writeRows(v, values_[layer], length());
 }
 
-void* KvCache::keysData(int64_t layer) {
+void KvCache::writeRow(int64_t layer, const void* k, const void* v) {
+    checkLayer(layer);
+    if (length() + 1 > capacity_) throw UsageError("KV cache write past capacity; call reserve() first");
+    if (!device_.is_cpu()) throw UsageError("KvCache::writeRow() writes a CPU cache only");
+    copyRows(static_cast<const char*>(k), headDim_, 0, 1, keys_[layer], length());
+    copyRows(static_cast<const char*>(v), headDim_, 0, 1, values_[layer], length());
+}
+
+const void* KvCache::keysData(int64_t layer) const {
     checkLayer(layer);
     return keys_[layer].data_ptr();
 }
 
-void* KvCache::valuesData(int64_t layer) {
+const void* KvCache::valuesData(int64_t layer) const {
     checkLayer(layer);
     return values_[layer].data_ptr();
 }

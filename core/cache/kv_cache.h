@@ -65,10 +65,13 @@ public:
     // Views of positions [0, upTo) of one layer: [num_kv_heads, upTo, head_dim] (no copy).
     torch::Tensor keys(int64_t layer, int64_t upTo) const;
     torch::Tensor values(int64_t layer, int64_t upTo) const;
+    // write() of one position without tensors (a decode step on rows): k, v [num_kv_heads, head_dim]
+    // contiguous in the cache's dtype, into a CPU cache.
+    void writeRow(int64_t layer, const void* k, const void* v);
     // The storage of one layer's keys or values, [num_kv_heads, capacity, head_dim] contiguous on
-    // the CPU, for a decode step that writes and reads it in place (Transformer's decode on rows).
-    void* keysData(int64_t layer);
-    void* valuesData(int64_t layer);
+    // the CPU, for a decode step that reads it in place (Transformer's decode on rows).
+    const void* keysData(int64_t layer) const;
+    const void* valuesData(int64_t layer) const;
     // After every layer has written: the new ids become part of the cache.
     void commit(const std::vector<int64_t>& newIds);
 

@@ -38,6 +38,12 @@ void withElement(torch::ScalarType dtype, const F& f) {
         f(float{});
 }
 
+// The same for the rows of the functions on raw memory, whose dtype a `bf16` flag names.
+template <typename F>
+void withElement(bool bf16, const F& f) {
+    withElement(bf16 ? torch::kBFloat16 : torch::kFloat32, f);
+}
+
 // An element pointer as the kernels take it: bf16 as raw uint16 bits, fp32 as is.
 inline const float* bits(const float* p) { return p; }
 inline float* bits(float* p) { return p; }
@@ -158,7 +164,7 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch
 
 void rmsNormInto(const void* x, const void* weight, void* out, bool bf16, int64_t rows, int64_t n, double eps,
                  Isa isa) {
-    withElement(bf16 ? torch::kBFloat16 : torch::kFloat32, [&](auto element) {
+    withElement(bf16, [&](auto element) {
         using T = decltype(element);
         const T* xp = static_cast<const T*>(x);
         const T* wp = static_cast<const T*>(weight);
@@ -209,7 +215,7 @@ RopeAngles ropeAngles(const torch::Tensor& invFreq, int64_t start, int64_t S) {
 void ropeInto(const void* x, void* out, bool bf16, int64_t S, int64_t heads, int64_t D, const float* cosines,
               const float* sines) {
     const int64_t half = D / 2;
-    withElement(bf16 ? torch::kBFloat16 : torch::kFloat32, [&](auto element) {
+    withElement(bf16, [&](auto element) {
         using T = decltype(element);
         const T* xp = static_cast<const T*>(x);
         T* op = static_cast<T*>(out);
@@ -293,7 +299,7 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& keys, const
 }
 
 void siluGateInto(const void* gate, const void* up, void* out, bool bf16, int64_t n, Isa isa) {
-    withElement(bf16 ? torch::kBFloat16 : torch::kFloat32, [&](auto element) {
+    withElement(bf16, [&](auto element) {
         using T = decltype(element);
         const T *gp = static_cast<const T*>(gate), *upp = static_cast<const T*>(up);
         T* op = static_cast<T*>(out);
@@ -314,7 +320,7 @@ torch::Tensor siluGate(const torch::Tensor& gate, const torch::Tensor& up, Isa i
 }
 
 void addInto(void* x, const void* a, bool bf16, int64_t n) {
-    withElement(bf16 ? torch::kBFloat16 : torch::kFloat32, [&](auto element) {
+    withElement(bf16, [&](auto element) {
         using T = decltype(element);
         T* xp = static_cast<T*>(x);
         const T* ap = static_cast<const T*>(a);
@@ -323,7 +329,7 @@ void addInto(void* x, const void* a, bool bf16, int64_t n) {
 }
 
 void widenInto(const void* x, bool bf16, float* out, int64_t n) {
-    withElement(bf16 ? torch::kBFloat16 : torch::kFloat32, [&](auto element) {
+    withElement(bf16, [&](auto element) {
         using T = decltype(element);
         const T* xp = static_cast<const T*>(x);
         for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(xp[i]);
@@ -331,7 +337,7 @@ void widenInto(const void* x, bool bf16, float* out, int64_t n) {
 }
 
 void roundInto(const float* x, void* out, bool bf16, int64_t n) {
-    withElement(bf16 ? torch::kBFloat16 : torch::kFloat32, [&](auto element) {
+    withElement(bf16, [&](auto element) {
         using T = decltype(element);
         T* op = static_cast<T*>(out);
         for (int64_t i = 0; i < n; ++i) op[i] = T(x[i]);

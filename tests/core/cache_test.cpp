@@ -285,6 +285,32 @@ TEST(KvCacheWrite, StridedRowsLandAtTheCacheLength) {
     }
 }
 
+// writeRow (a decode step on rows) puts one position's contiguous [KV, D] rows where write() puts
+// them, and refuses a write past the capacity as write() does.
+TEST(KvCacheWrite, ARawRowLandsWhereWriteWouldPutIt) {
+    for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+        KvCache byRow(/*numLayers=*/2, /*numKvHeads=*/3, /*headDim=*/8, dtype, torch::kCPU, /*initialCapacity=*/2);
+        KvCache byTensor = byRow.clone();
+        for (int step = 0; step < 3; ++step) {  // the third grows both caches
+            const torch::Tensor k = torch::randn({3, 1, 8}).to(dtype), v = torch::randn({3, 1, 8}).to(dtype);
+            byRow.reserve(byRow.length() + 1);
+            byTensor.reserve(byTensor.length() + 1);
+            byRow.writeRow(1, k.data_ptr(), v.data_ptr());
+            byTensor.write(1, k, v);
+            byRow.commit({7});
+            byTensor.commit({7});
+        }
+        EXPECT_TRUE(torch::equal(byRow.layerKeys(1), byTensor.layerKeys(1)));
+        EXPECT_TRUE(torch::equal(byRow.layerValues(1), byTensor.layerValues(1)));
+        EXPECT_EQ(byRow.layerKeys(0).abs().sum().item<double>(), 0.0);  // layer 0 never written
+        KvCache full(1, 1, 4, dtype, torch::kCPU, /*initialCapacity=*/1);
+        const torch::Tensor row = torch::ones({4}).to(dtype);
+        full.writeRow(0, row.data_ptr(), row.data_ptr());
+        full.commit({1});
+        EXPECT_THROW(full.writeRow(0, row.data_ptr(), row.data_ptr()), UsageError);
+    }
+}
+
 TEST(Fingerprints, StableAndSensitiveToEveryBit) {
     Transformer m = Transformer::load(test::tinyModel("qwen2"), torch::kBFloat16, torch::kCPU);
     KvCache a = buildLiveCache(m, kPrompt, 4), b = buildLiveCache(m, kPrompt, 4);
