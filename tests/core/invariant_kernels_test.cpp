@@ -240,6 +240,43 @@ TEST(InvariantKernels, TheElementwiseStepsRoundAsTorchDoes) {
     }
 }
 
+// A linear finishes its sums (bias, rounding to the output's dtype) as torch's add and cast would,
+// on every path and row count: the panel paths finish each tile of rows from a buffer of their own
+// instead of from the sum matrix, inside the pair order's flush-to-zero scope, whose flushing must
+// not reach the bias add. Two outputs have zero weights and denormal biases: their outputs are the
+// biases, which a flushed add would turn into zero.
+TEST(InvariantKernels, ALinearFinishesItsSumsAsTorchsAddAndCastDo) {
+    torch::manual_seed(12);
+    std::vector<Isa> paths = vectorPaths();
+    paths.insert(paths.begin(), Isa::Scalar);
+    for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+        const int64_t in = 903, outputs = 517;  // 517: several panel groups, the last one ragged
+        torch::Tensor w = randomTensor({outputs, in}, dtype), b = randomTensor({outputs}, dtype);
+        w[5].zero_();
+        w[6].zero_();
+        b[5] = 1e-39f;  // an fp32 denormal, and a bf16 one once cast
+        b[6] = -3e-40f;
+        ASSERT_NE(b[5].item<float>(), 0.0f);
+        std::vector<kernels::LinearOrder> orders = {kernels::LinearOrder::Pairs};
+        if (dtype == torch::kBFloat16) orders.push_back(kernels::LinearOrder::Tiles);
+        for (const int64_t rows : {1, 13, 40, 70, 131}) {
+            const torch::Tensor x = randomTensor({rows, in}, dtype);
+            for (const Isa isa : paths)
+                for (const kernels::LinearOrder order : orders) {
+                    const torch::Tensor sums = kernels::linear(x, w, {}, torch::kFloat32, isa, order);
+                    const torch::Tensor biased = sums + b.to(torch::kFloat32);
+                    const std::string where = std::string(kernels::isaName(isa)) + " " + c10::toString(dtype) +
+                                              " rows=" + std::to_string(rows) +
+                                              (order == kernels::LinearOrder::Tiles ? " tiles" : "");
+                    ASSERT_EQ(biased[0][5].item<float>(), b[5].item<float>()) << where;
+                    EXPECT_TRUE(sameBits(kernels::linear(x, w, b, dtype, isa, order), biased.to(dtype))) << where;
+                    EXPECT_TRUE(sameBits(kernels::linear(x, w, b, torch::kFloat32, isa, order), biased)) << where;
+                    EXPECT_TRUE(sameBits(kernels::linear(x, w, {}, dtype, isa, order), sums.to(dtype))) << where;
+                }
+        }
+    }
+}
+
 // Where VDPBF16PS runs at half the FMA rate (CPUs with AMX-BF16), a bf16 linear of 32 rows or
 // more takes the pair order by FMAs on the AVX-512F path; everything else keeps its path.
 TEST(InvariantKernels, ManyBf16RowsTakeTheFmaRouteOnlyWhereTheCpuHasAmx) {
