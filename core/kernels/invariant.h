@@ -56,30 +56,15 @@ Isa pairsPathForRows(Isa isa, int64_t rows);
 constexpr int64_t kPairPanelFromRows = 32;
 const char* isaName(Isa isa);  // "scalar", "avx2", "avx512", "avx512bf16"
 
-// What a linear makes of its fp32 sums, where its caller wants more than the sums: out[r, o] =
-// cast(sum + bias[o]), the bias added in fp32 (one rounding; no bias: the sum as it is), then one
-// rounding to the output's dtype (finishSums' arithmetic, with the caller's MXCSR).
-struct LinearFinish {
-    const void* bias = nullptr;  // [out]: fp32, or bf16 bits where biasBf16; null: none
-    bool biasBf16 = false;
-    void* out = nullptr;  // [rows, outStride]: bf16 bits where outBf16, else fp32
-    bool outBf16 = false;
-    int64_t outStride = 0;
-};
-
 // y[r * yStride + o] = dot(x[r], w[o]) for rows [0, rows) and outputs [o0, o1). x: [rows, in] fp32;
-// w: [out, in] fp32, or bf16 as raw uint16 bits. With `finish`, its outputs [o0, o1) are written
-// instead and y is scratch: a path that computes many rows as panels finishes each tile of rows
-// while its sums are in L1 and never writes them to y (a 512-row sum matrix of gate_proj is 10 MB,
-// written and read back again otherwise: a 512-token bf16 prefill 1.2-2.0% slower, measured on a
-// Sapphire Rapids, docs/ARCHITECTURE.md); the others finish y after computing it.
+// w: [out, in] fp32, or bf16 as raw uint16 bits.
 void linear(Isa isa, const float* x, int64_t rows, int64_t in, const float* w, float* y, int64_t yStride, int64_t o0,
-            int64_t o1, const LinearFinish* finish = nullptr);
+            int64_t o1);
 void linear(Isa isa, const float* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0,
-            int64_t o1, const LinearFinish* finish = nullptr);
+            int64_t o1);
 // The same with bf16 inputs and weights, both raw uint16 bits: the pair order.
 void linear(Isa isa, const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride,
-            int64_t o0, int64_t o1, const LinearFinish* finish = nullptr);
+            int64_t o0, int64_t o1);
 // Which order a bf16 x bf16 linear takes (`--kernels invariant`: pairs; `invariant-tiles`: tiles).
 enum class LinearOrder { Pairs, Tiles };
 // The tile order (above): the reference, or TDPBF16PS where amxTilesUsable(); same arguments as
@@ -93,7 +78,7 @@ bool amxTilesUsable();
 // reference everywhere; the reference otherwise.
 TilePath bestTilePath();
 void linearTiles(TilePath path, const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y,
-                 int64_t yStride, int64_t o0, int64_t o1, const LinearFinish* finish = nullptr);
+                 int64_t yStride, int64_t o0, int64_t o1);
 // The bytes of weight panels a many-row linear keeps at once (invariant_impl.h's panelLinear): 5/8
 // of this CPU's L2 cache (1 MiB where the C library does not say), leaving the rest to the rows.
 int64_t cacheBytesForPanels();

@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// The elementwise steps around the kernels (SiLU-gate, RMSNorm's scaling; a linear's bias and
-// rounding, finishSums, sit in invariant_impl.h, whose many-row linears finish their sums as they
-// go), 16 lanes at a time over the vector type V of invariant_impl.h, with its eachStep. Each is the arithmetic
+// The elementwise steps around the kernels (a linear's bias and rounding, SiLU-gate, RMSNorm's
+// scaling), 16 lanes at a time over the vector type V of invariant_impl.h. Each is the arithmetic
 // torch's ops do, one IEEE fp32 operation at a time, each result rounded to the tensors' dtype as
 // c10::BFloat16 rounds (nearest even; a NaN to 0x7FC0): the scalar loops this replaces converted
 // element by element through c10::BFloat16, ~10 instructions each (a decode step's linears
@@ -11,6 +10,35 @@
 
 namespace kvscope::kernels::impl {
 namespace {
+
+// Element = uint16_t: bf16 bits, read widened (exact) and written rounded; float: as is.
+template <typename V, typename Element>
+void storeAs(const V& v, Element* out) {
+    if constexpr (sizeof(Element) == sizeof(uint16_t))
+        V::roundBf16(v).storeBf16(out);
+    else
+        v.store(out);
+}
+
+// out[i, i + 16) = f(load) for i in [0, n) by 16, where load(p) reads p[i, i + 16); a partial last
+// step reads zero-padded copies and writes only its n % 16 results.
+template <typename V, typename Out, typename F>
+void eachStep(int64_t n, Out* out, const F& f) {
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) storeAs<V>(f([i](const auto* p) { return V::load(p + i); }), out + i);
+    if (i == n) return;
+    const int64_t left = n - i;
+    auto padded = [i, left](const auto* p) { return loadPadded<V>(p + i, left); };
+    Out buffer[kLanes];
+    storeAs<V>(f(padded), buffer);
+    memcpy(out + i, buffer, static_cast<size_t>(left) * sizeof(Out));
+}
+
+// out[i] = x[i] + bias[i] (no bias: x[i]), in the output's dtype.
+template <typename V, typename Bias, typename Out>
+void finishSums(const float* x, const Bias* bias, Out* out, int64_t n) {
+    eachStep<V>(n, out, [&](auto load) { return bias ? V::add(load(x), load(bias)) : load(x); });
+}
 
 // out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g) with the kernels' exp (exps(-g, 0)'s
 // value: subtracting its zero shift changes no value, -0 included).

@@ -72,34 +72,12 @@ public:
 #if defined(__x86_64__) || defined(__i386__)
     FlushDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | kFlushToZero | kDenormalsAreZero); }
     ~FlushDenormals() { _mm_setcsr(saved_); }
-    FlushDenormals(const FlushDenormals&) = delete;
-    FlushDenormals& operator=(const FlushDenormals&) = delete;
-
-    // The caller's MXCSR again while a Suspended lives (none given: nothing changes), for arithmetic
-    // that must round as torch's ops do inside a flushing scope: a linear's finishing adds.
-    class Suspended {
-    public:
-        explicit Suspended(const FlushDenormals* flushed) : flushed_(flushed) {
-            if (flushed_) _mm_setcsr(flushed_->saved_);
-        }
-        ~Suspended() {
-            if (flushed_) _mm_setcsr(flushed_->saved_ | kFlushToZero | kDenormalsAreZero);
-        }
-        Suspended(const Suspended&) = delete;
-        Suspended& operator=(const Suspended&) = delete;
-
-    private:
-        const FlushDenormals* flushed_;
-    };
 
 private:
     static constexpr unsigned kFlushToZero = 0x8000, kDenormalsAreZero = 0x0040;
     unsigned saved_;
 #else
     FlushDenormals() = default;
-    struct Suspended {
-        explicit Suspended(const FlushDenormals*) {}
-    };
 #endif
 };
 
@@ -334,60 +312,6 @@ void packPanel(const Element* w, int64_t in, int64_t o, int64_t o1, float* panel
     }
 }
 
-// Element = uint16_t: bf16 bits, read widened (exact) and written rounded; float: as is.
-template <typename V, typename Element>
-void storeAs(const V& v, Element* out) {
-    if constexpr (sizeof(Element) == sizeof(uint16_t))
-        V::roundBf16(v).storeBf16(out);
-    else
-        v.store(out);
-}
-
-// out[i, i + 16) = f(load) for i in [0, n) by 16, where load(p) reads p[i, i + 16); a partial last
-// step reads zero-padded copies and writes only its n % 16 results.
-template <typename V, typename Out, typename F>
-void eachStep(int64_t n, Out* out, const F& f) {
-    int64_t i = 0;
-    for (; i + kLanes <= n; i += kLanes) storeAs<V>(f([i](const auto* p) { return V::load(p + i); }), out + i);
-    if (i == n) return;
-    const int64_t left = n - i;
-    auto padded = [i, left](const auto* p) { return loadPadded<V>(p + i, left); };
-    Out buffer[kLanes];
-    storeAs<V>(f(padded), buffer);
-    memcpy(out + i, buffer, static_cast<size_t>(left) * sizeof(Out));
-}
-
-// out[i] = x[i] + bias[i] (no bias: x[i]), in the output's dtype.
-template <typename V, typename Bias, typename Out>
-void finishSums(const float* x, const Bias* bias, Out* out, int64_t n) {
-    eachStep<V>(n, out, [&](auto load) { return bias ? V::add(load(x), load(bias)) : load(x); });
-}
-
-// A block of a linear's sums finished (LinearFinish): rows [r0, r0 + rows) and outputs [o0, o0 + n),
-// the block's row k at sums + k * stride. Inside the pair order's FlushDenormals (`flushed`) with the
-// caller's MXCSR, so that the bias adds keep denormals as torch's add does.
-template <typename V>
-void finishBlock(const LinearFinish& f, const float* sums, int64_t stride, int64_t r0, int64_t rows, int64_t o0,
-                 int64_t n, const FlushDenormals* flushed = nullptr) {
-    const FlushDenormals::Suspended callers(flushed);
-    auto rowsOf = [&](const auto* bias, auto* out) {
-        for (int64_t k = 0; k < rows; ++k)
-            finishSums<V>(sums + k * stride, bias ? bias + o0 : bias, out + (r0 + k) * f.outStride + o0, n);
-    };
-    auto withBias = [&](auto* out) {
-        if (!f.bias)
-            rowsOf(static_cast<const float*>(nullptr), out);
-        else if (f.biasBf16)
-            rowsOf(static_cast<const uint16_t*>(f.bias), out);
-        else
-            rowsOf(static_cast<const float*>(f.bias), out);
-    };
-    if (f.outBf16)
-        withBias(static_cast<uint16_t*>(f.out));
-    else
-        withBias(static_cast<float*>(f.out));
-}
-
 // The same order for many rows, computed as an outer product. Lane j of output (r, o) is a chain
 // of FMAs over its lane's elements (Order) from 0; here the chains of one lane advance together for
 // a tile of R rows x 2W outputs (W: an output vector type, W::kWidth outputs side by side), one
@@ -474,11 +398,9 @@ inline float* alignedFloats(int64_t n) {
     return static_cast<float*>(aligned_alloc(64, (static_cast<size_t>(n) * sizeof(float) + 63) / 64 * 64));
 }
 
-// With `finish`, a tile's sums for its G panels go to a buffer of R x G panels' outputs and are
-// finished from there while in L1, instead of into y.
 template <typename V, typename Order, typename XElement, typename Element>
 void panelLinear(const XElement* x, int64_t rows, int64_t in, const Element* w, float* y, int64_t yStride, int64_t o0,
-                 int64_t o1, const LinearFinish* finish, const FlushDenormals* flushed) {
+                 int64_t o1) {
     using S = PanelShape<V>;
     constexpr int R = S::R, P = S::P;
     const int64_t T = Order::steps(in), tiles = (rows + R - 1) / R, panelFloats = kLanes * T * P;
@@ -489,49 +411,34 @@ void panelLinear(const XElement* x, int64_t rows, int64_t in, const Element* w, 
     const int64_t G = smaller(fit > 1 ? fit : 1, (o1 - o0 + P - 1) / P);
     float* panels = alignedFloats(G * panelFloats);
     float* xs = alignedFloats(tiles * tileFloats);
-    float* tileSums = finish ? alignedFloats(R * G * P) : nullptr;
-    if (!panels || !xs || (finish && !tileSums)) {  // out of memory: the same bits, slower
+    if (!panels || !xs) {  // out of memory: the same bits, slower
         free(panels);
         free(xs);
-        free(tileSums);
-        linearTiles<V, V::kRows, V::kCols, typename Order::Steps>(x, rows, in, w, y, yStride, o0, o1);
-        if (finish) finishBlock<V>(*finish, y + o0, yStride, 0, rows, o0, o1 - o0, flushed);
-        return;
+        return linearTiles<V, V::kRows, V::kCols, typename Order::Steps>(x, rows, in, w, y, yStride, o0, o1);
     }
     packRows<V, R, Order>(x, rows, in, xs);
     for (int64_t o = o0; o < o1; o += G * P) {
-        const int64_t count = smaller(G, (o1 - o + P - 1) / P), width = smaller(count * P, o1 - o);
+        const int64_t count = smaller(G, (o1 - o + P - 1) / P);
         for (int64_t g = 0; g < count; ++g) packPanel<V, P, Order>(w, in, o + g * P, o1, panels + g * panelFloats);
-        for (int64_t tile = 0; tile < tiles; ++tile) {
-            const float* xt = xs + tile * tileFloats;
-            if (!finish) {
-                for (int64_t g = 0; g < count; ++g)
-                    panelTile<V>(xt, tile * R, rows, T, panels + g * panelFloats, y, yStride, o + g * P, o1);
-                continue;
-            }
-            const int64_t tileRows = smaller(R, rows - tile * R);
+        for (int64_t tile = 0; tile < tiles; ++tile)
             for (int64_t g = 0; g < count; ++g)
-                panelTile<V>(xt, 0, tileRows, T, panels + g * panelFloats, tileSums, G * P, g * P, width);
-            finishBlock<V>(*finish, tileSums, G * P, tile * R, tileRows, o, width, flushed);
-        }
+                panelTile<V>(xs + tile * tileFloats, tile * R, rows, T, panels + g * panelFloats, y, yStride, o + g * P,
+                             o1);
     }
     free(panels);
     free(xs);
-    free(tileSums);
 }
 
 template <typename V, typename Element>
 void linear(const float* x, int64_t rows, int64_t in, const Element* w, float* y, int64_t yStride, int64_t o0,
-            int64_t o1, const LinearFinish* finish) {
+            int64_t o1) {
     if constexpr (V::kPanelFromRows > 0) {
-        if (rows >= V::kPanelFromRows)
-            return panelLinear<V, LaneOrder<V>>(x, rows, in, w, y, yStride, o0, o1, finish, nullptr);
+        if (rows >= V::kPanelFromRows) return panelLinear<V, LaneOrder<V>>(x, rows, in, w, y, yStride, o0, o1);
     }
     if (rows >= V::kRows)
         linearTiles<V, V::kRows, V::kCols, LaneSteps<V>>(x, rows, in, w, y, yStride, o0, o1);
     else  // a decode step's one row
         linearTiles<V, 1, V::kDecodeCols, LaneSteps<V>, V::kDecodeFetchesAhead>(x, rows, in, w, y, yStride, o0, o1);
-    if (finish) finishBlock<V>(*finish, y + o0, yStride, 0, rows, o0, o1 - o0);
 }
 
 // The pair order. With the instruction, or for a few rows, as dotTiles over 32-element steps; many
@@ -539,17 +446,13 @@ void linear(const float* x, int64_t rows, int64_t in, const Element* w, float* y
 // packing, a few cycles per weight and input, the FMAs on widened copies earn back.
 template <typename V>
 void linearPairs(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0,
-                 int64_t o1, const LinearFinish* finish) {
+                 int64_t o1) {
     const FlushDenormals flushed;
     if constexpr (!V::kNativePairs && V::kPanelForPairs) {
-        if (rows >= kPairPanelFromRows)
-            return panelLinear<V, PairLanes<V>>(x, rows, in, w, y, yStride, o0, o1, finish, &flushed);
+        if (rows >= kPairPanelFromRows) return panelLinear<V, PairLanes<V>>(x, rows, in, w, y, yStride, o0, o1);
     }
-    if (rows >= V::kRows)
-        linearTiles<V, V::kRows, V::kCols, PairSteps<V>>(x, rows, in, w, y, yStride, o0, o1);
-    else
-        linearTiles<V, 1, V::kDecodeCols, PairSteps<V>, V::kDecodeFetchesAhead>(x, rows, in, w, y, yStride, o0, o1);
-    if (finish) finishBlock<V>(*finish, y + o0, yStride, 0, rows, o0, o1 - o0, &flushed);
+    if (rows >= V::kRows) return linearTiles<V, V::kRows, V::kCols, PairSteps<V>>(x, rows, in, w, y, yStride, o0, o1);
+    linearTiles<V, 1, V::kDecodeCols, PairSteps<V>, V::kDecodeFetchesAhead>(x, rows, in, w, y, yStride, o0, o1);
 }
 
 template <typename V>

@@ -50,6 +50,34 @@ inline float* bits(float* p) { return p; }
 inline const uint16_t* bits(const c10::BFloat16* p) { return reinterpret_cast<const uint16_t*>(p); }
 inline uint16_t* bits(c10::BFloat16* p) { return reinterpret_cast<uint16_t*>(p); }
 
+// out[:, o0:o1] = cast(sums[:, o0:o1] + bias[o0:o1]): the bias added to the fp32 sum (one rounding),
+// then one rounding to the output's dtype.
+void finish(const float* sums, int64_t S, const LinearInto& p, bool outBf16, int64_t o0, int64_t o1, Isa isa) {
+    const int64_t width = p.out, n = o1 - o0;
+    if (outBf16) {
+        for (int64_t r = 0; r < S; ++r) {
+            const int64_t at = r * width + o0;
+            uint16_t* op = static_cast<uint16_t*>(p.output) + at;
+            if (!p.bias)
+                finishSums(isa, sums + at, static_cast<const float*>(nullptr), op, n);
+            else if (p.biasBf16)
+                finishSums(isa, sums + at, static_cast<const uint16_t*>(p.bias) + o0, op, n);
+            else
+                finishSums(isa, sums + at, static_cast<const float*>(p.bias) + o0, op, n);
+        }
+        return;
+    }
+    float* op = static_cast<float*>(p.output);  // fp32 with a bias (fp32 without one needs no finishing)
+    auto addBias = [&](const auto* bias) {
+        for (int64_t r = 0; r < S; ++r)
+            for (int64_t o = o0; o < o1; ++o) op[r * width + o] = sums[r * width + o] + static_cast<float>(bias[o]);
+    };
+    if (p.biasBf16)
+        addBias(static_cast<const c10::BFloat16*>(p.bias));
+    else
+        addBias(static_cast<const float*>(p.bias));
+}
+
 }  // namespace
 
 void linearsInto(const void* x, bool xBf16, int64_t S, int64_t in, const std::vector<LinearInto>& projections,
@@ -72,20 +100,17 @@ void linearsInto(const void* x, bool xBf16, int64_t S, int64_t in, const std::ve
             const LinearInto& p = projections[m];
             const int64_t o0 = (from - firstBlock[m]) * kBlock, o1 = std::min(p.out, (to - firstBlock[m]) * kBlock);
             const auto* w16 = static_cast<const uint16_t*>(p.weight);
-            // out = cast(sums + bias); fp32 without a bias needs no finishing (the sums are the output)
-            const LinearFinish finish{p.bias, p.biasBf16, p.output, outBf16, p.out};
-            const LinearFinish* finishing = p.output ? &finish : nullptr;
             if (pairs && order == LinearOrder::Tiles)
-                linearTiles(bestTilePath(), static_cast<const uint16_t*>(x), S, in, w16, p.sums, p.out, o0, o1,
-                            finishing);
+                linearTiles(bestTilePath(), static_cast<const uint16_t*>(x), S, in, w16, p.sums, p.out, o0, o1);
             else if (pairs)
                 kernels::linear(pairsPathForRows(isa, S), static_cast<const uint16_t*>(x), S, in, w16, p.sums, p.out,
-                                o0, o1, finishing);
+                                o0, o1);
             else if (p.weightBf16)
-                kernels::linear(isa, static_cast<const float*>(x), S, in, w16, p.sums, p.out, o0, o1, finishing);
+                kernels::linear(isa, static_cast<const float*>(x), S, in, w16, p.sums, p.out, o0, o1);
             else
                 kernels::linear(isa, static_cast<const float*>(x), S, in, static_cast<const float*>(p.weight), p.sums,
-                                p.out, o0, o1, finishing);
+                                p.out, o0, o1);
+            if (p.output) finish(p.sums, S, p, outBf16, o0, o1, isa);
         }
     };
     parallel(firstBlock.back(), 1, computeBlocks, S == 1 ? kStealBlocks : 0);

@@ -10,19 +10,16 @@
 #define KVSCOPE_DEFINE_KERNEL_PATH(ns, V)                                                                              \
     namespace ns {                                                                                                     \
     void linear(const float* x, int64_t rows, int64_t in, const float* w, float* y, int64_t yStride, int64_t o0,       \
-                int64_t o1, const LinearFinish* finish) {                                                              \
-        impl::linear<V>(x, rows, in, w, y, yStride, o0, o1, finish);                                                   \
+                int64_t o1) {                                                                                          \
+        impl::linear<V>(x, rows, in, w, y, yStride, o0, o1);                                                           \
     }                                                                                                                  \
     void linear(const float* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0,    \
-                int64_t o1, const LinearFinish* finish) {                                                              \
-        impl::linear<V>(x, rows, in, w, y, yStride, o0, o1, finish);                                                   \
+                int64_t o1) {                                                                                          \
+        impl::linear<V>(x, rows, in, w, y, yStride, o0, o1);                                                           \
     }                                                                                                                  \
     void linear(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0, \
-                int64_t o1, const LinearFinish* finish) {                                                              \
-        impl::linearPairs<V>(x, rows, in, w, y, yStride, o0, o1, finish);                                              \
-    }                                                                                                                  \
-    void finishLinear(const LinearFinish& f, const float* sums, int64_t stride, int64_t rows, int64_t o0, int64_t n) { \
-        impl::finishBlock<V>(f, sums, stride, 0, rows, o0, n);                                                         \
+                int64_t o1) {                                                                                          \
+        impl::linearPairs<V>(x, rows, in, w, y, yStride, o0, o1);                                                      \
     }                                                                                                                  \
     void attention(const AttentionArgs<float>& a, int64_t begin, int64_t end, float* scores) {                         \
         impl::attention<V>(a, begin, end, scores);                                                                     \

@@ -241,10 +241,9 @@ TEST(InvariantKernels, TheElementwiseStepsRoundAsTorchDoes) {
 }
 
 // A linear finishes its sums (bias, rounding to the output's dtype) as torch's add and cast would,
-// on every path and row count: the panel paths finish each tile of rows from a buffer of their own
-// instead of from the sum matrix, inside the pair order's flush-to-zero scope, whose flushing must
-// not reach the bias add. Two outputs have zero weights and denormal biases: their outputs are the
-// biases, which a flushed add would turn into zero.
+// on every path, row count (the panel paths from 24-64 rows) and order: the pair order flushes
+// denormals inside the kernels, which must not reach the bias add. Two outputs have zero weights
+// and denormal biases: their outputs are the biases, which a flushed add would turn into zero.
 TEST(InvariantKernels, ALinearFinishesItsSumsAsTorchsAddAndCastDo) {
     torch::manual_seed(12);
     std::vector<Isa> paths = vectorPaths();
