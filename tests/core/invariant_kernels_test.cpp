@@ -256,12 +256,13 @@ TEST(InvariantKernels, ALinearFinishesItsSumsAsTorchsAddAndCastDo) {
         b[5] = 1e-39f;  // an fp32 denormal, and a bf16 one once cast
         b[6] = -3e-40f;
         ASSERT_NE(b[5].item<float>(), 0.0f);
-        std::vector<kernels::LinearOrder> orders = {kernels::LinearOrder::Pairs};
-        if (dtype == torch::kBFloat16) orders.push_back(kernels::LinearOrder::Tiles);
         for (const int64_t rows : {1, 13, 40, 70, 131}) {
             const torch::Tensor x = randomTensor({rows, in}, dtype);
             for (const Isa isa : paths)
-                for (const kernels::LinearOrder order : orders) {
+                for (const kernels::LinearOrder order : {kernels::LinearOrder::Pairs, kernels::LinearOrder::Tiles}) {
+                    // The tile order is bf16's only, on AMX or its reference whatever `isa` says: once.
+                    if (order == kernels::LinearOrder::Tiles && (dtype != torch::kBFloat16 || isa != paths.front()))
+                        continue;
                     const torch::Tensor sums = kernels::linear(x, w, {}, torch::kFloat32, isa, order);
                     const torch::Tensor biased = sums + b.to(torch::kFloat32);
                     const std::string where = std::string(kernels::isaName(isa)) + " " + c10::toString(dtype) +
