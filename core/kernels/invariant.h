@@ -57,14 +57,23 @@ constexpr int64_t kPairPanelFromRows = 32;
 const char* isaName(Isa isa);  // "scalar", "avx2", "avx512", "avx512bf16"
 
 // y[r * yStride + o] = dot(x[r], w[o]) for rows [0, rows) and outputs [o0, o1). x: [rows, in] fp32;
-// w: [out, in] fp32, or bf16 as raw uint16 bits.
+// w: [out, in] fp32, or bf16 as raw uint16 bits. packedRows: x packed by packRowTiles for this path,
+// or null (a path that packs many rows packs them itself, for its outputs alone).
 void linear(Isa isa, const float* x, int64_t rows, int64_t in, const float* w, float* y, int64_t yStride, int64_t o0,
-            int64_t o1);
+            int64_t o1, const float* packedRows = nullptr);
 void linear(Isa isa, const float* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0,
-            int64_t o1);
+            int64_t o1, const float* packedRows = nullptr);
 // The same with bf16 inputs and weights, both raw uint16 bits: the pair order.
 void linear(Isa isa, const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride,
-            int64_t o0, int64_t o1);
+            int64_t o0, int64_t o1, const float* packedRows = nullptr);
+// A many-row linear's rows packed once for all the threads that share its outputs, where the path
+// computes them as panels (invariant_impl.h's PackedRows): how many floats they take (0: this path
+// packs nothing for so many rows), in how many tiles, and tiles [tile0, tile1) of them packed.
+// pairs: bf16 rows and weights (the pair order); otherwise fp32 rows.
+int64_t packedRowsFloats(Isa isa, int64_t rows, int64_t in, bool pairs);
+int64_t packedRowTiles(Isa isa, int64_t rows);
+void packRowTiles(Isa isa, const float* x, int64_t rows, int64_t in, int64_t tile0, int64_t tile1, float* out);
+void packRowTiles(Isa isa, const uint16_t* x, int64_t rows, int64_t in, int64_t tile0, int64_t tile1, float* out);
 // Which order a bf16 x bf16 linear takes (`--kernels invariant`: pairs; `invariant-tiles`: tiles).
 enum class LinearOrder { Pairs, Tiles };
 // The tile order (above): the reference, or TDPBF16PS where amxTilesUsable(); same arguments as

@@ -5,6 +5,8 @@
 #include "core/util/error.h"
 
 #include <cmath>
+#include <memory>
+#include <new>
 #include <vector>
 
 namespace kvscope::kernels {
@@ -78,6 +80,25 @@ void finish(const float* sums, int64_t S, const LinearInto& p, bool outBf16, int
         addBias(static_cast<const float*>(p.bias));
 }
 
+// The rows of a many-row linear packed once, the threads splitting the tiles, for every projection
+// and thread of the call (null where `path` packs none for so many rows, or for the tile order):
+// each thread had packed all of them for its own outputs, and in a prefill's sequence of products
+// down_proj's copies (10 MB each for 512 rows) no longer sat in the cache when its panels read them.
+std::unique_ptr<float[]> packRowsOnce(const void* x, bool pairOrder, bool fp32Rows, int64_t S, int64_t in, Isa path) {
+    if (!pairOrder && !fp32Rows) return nullptr;
+    const int64_t floats = packedRowsFloats(path, S, in, pairOrder);
+    if (floats == 0) return nullptr;
+    std::unique_ptr<float[]> packed(new (std::nothrow) float[static_cast<std::size_t>(floats)]);
+    if (!packed) return nullptr;  // the kernels pack for themselves
+    parallel(packedRowTiles(path, S), 1, [&](int64_t begin, int64_t end) {
+        if (pairOrder)
+            packRowTiles(path, static_cast<const uint16_t*>(x), S, in, begin, end, packed.get());
+        else
+            packRowTiles(path, static_cast<const float*>(x), S, in, begin, end, packed.get());
+    });
+    return packed;
+}
+
 }  // namespace
 
 void linearsInto(const void* x, bool xBf16, int64_t S, int64_t in, const std::vector<LinearInto>& projections,
@@ -93,6 +114,8 @@ void linearsInto(const void* x, bool xBf16, int64_t S, int64_t in, const std::ve
     constexpr int64_t kBlock = 64, kStealBlocks = 1;
     std::vector<int64_t> firstBlock = {0};  // per projection
     for (const LinearInto& p : projections) firstBlock.push_back(firstBlock.back() + (p.out + kBlock - 1) / kBlock);
+    const Isa path = pairs ? pairsPathForRows(isa, S) : isa;
+    const std::unique_ptr<float[]> packed = packRowsOnce(x, pairs && order == LinearOrder::Pairs, !pairs, S, in, path);
     auto computeBlocks = [&](int64_t begin, int64_t end) {
         for (std::size_t m = 0; m < projections.size(); ++m) {
             const int64_t from = std::max(begin, firstBlock[m]), to = std::min(end, firstBlock[m + 1]);
@@ -103,13 +126,12 @@ void linearsInto(const void* x, bool xBf16, int64_t S, int64_t in, const std::ve
             if (pairs && order == LinearOrder::Tiles)
                 linearTiles(bestTilePath(), static_cast<const uint16_t*>(x), S, in, w16, p.sums, p.out, o0, o1);
             else if (pairs)
-                kernels::linear(pairsPathForRows(isa, S), static_cast<const uint16_t*>(x), S, in, w16, p.sums, p.out,
-                                o0, o1);
+                kernels::linear(path, static_cast<const uint16_t*>(x), S, in, w16, p.sums, p.out, o0, o1, packed.get());
             else if (p.weightBf16)
-                kernels::linear(isa, static_cast<const float*>(x), S, in, w16, p.sums, p.out, o0, o1);
+                kernels::linear(path, static_cast<const float*>(x), S, in, w16, p.sums, p.out, o0, o1, packed.get());
             else
-                kernels::linear(isa, static_cast<const float*>(x), S, in, static_cast<const float*>(p.weight), p.sums,
-                                p.out, o0, o1);
+                kernels::linear(path, static_cast<const float*>(x), S, in, static_cast<const float*>(p.weight), p.sums,
+                                p.out, o0, o1, packed.get());
             if (p.output) finish(p.sums, S, p, outBf16, o0, o1, isa);
         }
     };

@@ -10,16 +10,26 @@
 #define KVSCOPE_DEFINE_KERNEL_PATH(ns, V)                                                                              \
     namespace ns {                                                                                                     \
     void linear(const float* x, int64_t rows, int64_t in, const float* w, float* y, int64_t yStride, int64_t o0,       \
-                int64_t o1) {                                                                                          \
-        impl::linear<V>(x, rows, in, w, y, yStride, o0, o1);                                                           \
+                int64_t o1, const float* packed) {                                                                     \
+        impl::linear<V>(x, rows, in, w, y, yStride, o0, o1, packed);                                                   \
     }                                                                                                                  \
     void linear(const float* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0,    \
-                int64_t o1) {                                                                                          \
-        impl::linear<V>(x, rows, in, w, y, yStride, o0, o1);                                                           \
+                int64_t o1, const float* packed) {                                                                     \
+        impl::linear<V>(x, rows, in, w, y, yStride, o0, o1, packed);                                                   \
     }                                                                                                                  \
     void linear(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0, \
-                int64_t o1) {                                                                                          \
-        impl::linearPairs<V>(x, rows, in, w, y, yStride, o0, o1);                                                      \
+                int64_t o1, const float* packed) {                                                                     \
+        impl::linearPairs<V>(x, rows, in, w, y, yStride, o0, o1, packed);                                              \
+    }                                                                                                                  \
+    int64_t packedRowsFloats(int64_t rows, int64_t in, bool pairs) {                                                   \
+        return impl::packedRowsFloats<V>(rows, in, pairs);                                                             \
+    }                                                                                                                  \
+    int64_t packedRowTiles(int64_t rows) { return impl::packedRowTiles<V>(rows); }                                     \
+    void packRowTiles(const float* x, int64_t rows, int64_t in, int64_t t0, int64_t t1, float* out) {                  \
+        impl::packRowTiles<V>(x, rows, in, t0, t1, out);                                                               \
+    }                                                                                                                  \
+    void packRowTiles(const uint16_t* x, int64_t rows, int64_t in, int64_t t0, int64_t t1, float* out) {               \
+        impl::packRowTiles<V>(x, rows, in, t0, t1, out);                                                               \
     }                                                                                                                  \
     void attention(const AttentionArgs<float>& a, int64_t begin, int64_t end, float* scores) {                         \
         impl::attention<V>(a, begin, end, scores);                                                                     \
