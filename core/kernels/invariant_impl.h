@@ -263,9 +263,9 @@ struct PairLanes {
 // so that one lane's pass reads its steps' R broadcasts as one contiguous run. Where V transposes
 // 16 vectors in registers, a step's R rows become the 16 lanes' runs at once.
 template <typename V, int R, typename Order, typename Element>
-void packRows(const Element* x, int64_t rows, int64_t in, float* out, int64_t tile0 = 0, int64_t tile1 = -1) {
+void packRows(const Element* x, int64_t rows, int64_t in, int64_t tile0, int64_t tile1, float* out) {
     const int64_t T = Order::steps(in);
-    const int64_t end = tile1 < 0 ? rows : smaller(rows, tile1 * R);
+    const int64_t end = smaller(rows, tile1 * R);
     out += tile0 * kLanes * T * R;
     for (int64_t r = tile0 * R; r < end; r += R, out += kLanes * T * R)
         for (int64_t t = 0; t < T; ++t) {
@@ -421,7 +421,7 @@ void panelLinear(const XElement* x, int64_t rows, int64_t in, const Element* w, 
         free(ownRows);
         return linearTiles<V, V::kRows, V::kCols, typename Order::Steps>(x, rows, in, w, y, yStride, o0, o1);
     }
-    if (!packed) packRows<V, R, Order>(x, rows, in, ownRows);
+    if (!packed) packRows<V, R, Order>(x, rows, in, 0, tiles, ownRows);
     const float* xs = packed ? packed : ownRows;
     for (int64_t o = o0; o < o1; o += G * P) {
         const int64_t count = smaller(G, (o1 - o + P - 1) / P);
@@ -455,14 +455,17 @@ struct PackedRows {
     }
     template <typename Element>
     static void pack(const Element* x, int64_t rows, int64_t in, int64_t tile0, int64_t tile1, float* out) {
-        packRows<V, R, Order>(x, rows, in, out, tile0, tile1);  // moves bits only: no MXCSR to set
+        packRows<V, R, Order>(x, rows, in, tile0, tile1, out);  // moves bits only: no MXCSR to set
     }
 };
 
 // The path's side of PackedRows: zero floats where it has no panels.
 template <typename V>
+constexpr bool kHasPanels = V::kPanelFromRows > 0 || V::kPanelForPairs;
+
+template <typename V>
 int64_t packedRowsFloats(int64_t rows, int64_t in, bool pairs) {
-    if constexpr (V::kPanelFromRows > 0 || V::kPanelForPairs)
+    if constexpr (kHasPanels<V>)
         return pairs ? PackedRows<V, PairLanes<V>>::floats(rows, in) : PackedRows<V, LaneOrder<V>>::floats(rows, in);
     else
         return 0;
@@ -470,7 +473,7 @@ int64_t packedRowsFloats(int64_t rows, int64_t in, bool pairs) {
 
 template <typename V>
 int64_t packedRowTiles(int64_t rows) {
-    if constexpr (V::kPanelFromRows > 0 || V::kPanelForPairs)
+    if constexpr (kHasPanels<V>)
         return PackedRows<V, LaneOrder<V>>::tiles(rows);
     else
         return 0;
@@ -479,7 +482,7 @@ int64_t packedRowTiles(int64_t rows) {
 // bf16 rows in the pair order's lanes, fp32 rows in the 16-lane order's.
 template <typename V, typename Element>
 void packRowTiles(const Element* x, int64_t rows, int64_t in, int64_t tile0, int64_t tile1, float* out) {
-    if constexpr (V::kPanelFromRows > 0 || V::kPanelForPairs) {
+    if constexpr (kHasPanels<V>) {
         if constexpr (sizeof(Element) == sizeof(uint16_t))
             PackedRows<V, PairLanes<V>>::pack(x, rows, in, tile0, tile1, out);
         else

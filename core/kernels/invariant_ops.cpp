@@ -81,11 +81,11 @@ void finish(const float* sums, int64_t S, const LinearInto& p, bool outBf16, int
 }
 
 // The rows of a many-row linear packed once, the threads splitting the tiles, for every projection
-// and thread of the call (null where `path` packs none for so many rows, or for the tile order):
-// each thread had packed all of them for its own outputs, and in a prefill's sequence of products
-// down_proj's copies (10 MB each for 512 rows) no longer sat in the cache when its panels read them.
-std::unique_ptr<float[]> packRowsOnce(const void* x, bool pairOrder, bool fp32Rows, int64_t S, int64_t in, Isa path) {
-    if (!pairOrder && !fp32Rows) return nullptr;
+// and thread of the call (null where `path` packs none for so many rows): each thread had packed
+// all of them for its own outputs, and in a prefill's sequence of products down_proj's copies
+// (10 MB each for 512 rows) no longer sat in the cache when its panels read them. pairOrder: bf16
+// rows in the pair order, otherwise fp32 rows.
+std::unique_ptr<float[]> packRowsOnce(const void* x, bool pairOrder, int64_t S, int64_t in, Isa path) {
     const int64_t floats = packedRowsFloats(path, S, in, pairOrder);
     if (floats == 0) return nullptr;
     std::unique_ptr<float[]> packed(new (std::nothrow) float[static_cast<std::size_t>(floats)]);
@@ -115,7 +115,8 @@ void linearsInto(const void* x, bool xBf16, int64_t S, int64_t in, const std::ve
     std::vector<int64_t> firstBlock = {0};  // per projection
     for (const LinearInto& p : projections) firstBlock.push_back(firstBlock.back() + (p.out + kBlock - 1) / kBlock);
     const Isa path = pairs ? pairsPathForRows(isa, S) : isa;
-    const std::unique_ptr<float[]> packed = packRowsOnce(x, pairs && order == LinearOrder::Pairs, !pairs, S, in, path);
+    const bool tiles = pairs && order == LinearOrder::Tiles;  // the tile order packs its rows its own way
+    const std::unique_ptr<float[]> packed = tiles ? nullptr : packRowsOnce(x, pairs, S, in, path);
     auto computeBlocks = [&](int64_t begin, int64_t end) {
         for (std::size_t m = 0; m < projections.size(); ++m) {
             const int64_t from = std::max(begin, firstBlock[m]), to = std::min(end, firstBlock[m + 1]);
@@ -123,7 +124,7 @@ void linearsInto(const void* x, bool xBf16, int64_t S, int64_t in, const std::ve
             const LinearInto& p = projections[m];
             const int64_t o0 = (from - firstBlock[m]) * kBlock, o1 = std::min(p.out, (to - firstBlock[m]) * kBlock);
             const auto* w16 = static_cast<const uint16_t*>(p.weight);
-            if (pairs && order == LinearOrder::Tiles)
+            if (tiles)
                 linearTiles(bestTilePath(), static_cast<const uint16_t*>(x), S, in, w16, p.sums, p.out, o0, o1);
             else if (pairs)
                 kernels::linear(path, static_cast<const uint16_t*>(x), S, in, w16, p.sums, p.out, o0, o1, packed.get());
