@@ -50,6 +50,7 @@ nlohmann::json reportToJson(const BenchReport& r) {
             {{"dtype", row.dtype},
              {"kernels", row.kernels},
              {"prefill_tokens_per_s", row.prefillTokensPerSecond},
+             {"prefill_trial_ms", milliseconds(row.prefillTrialSeconds)},
              {"decode_tokens_per_s", row.decodeTokensPerSecond},
              {"decode_mv_tokens_per_s", row.decodeMatrixVectorTokensPerSecond},
              {"rebuild_tokens_per_s", row.rebuildTokensPerSecond},

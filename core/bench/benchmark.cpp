@@ -261,16 +261,18 @@ BenchRow measureRow(const Transformer& model, const std::vector<int64_t>& prompt
     row.kernels = kernelsName(model.numerics().kernels);
     const std::string label = row.dtype + ", " + row.kernels + " kernels";
     row.weightBytesPerToken = weightBytesPerDecodeStep(model);
-    {  // warm-up: first-touch allocation and kernel selection
-        KvCache warm = model.newCache(64);
-        const int64_t n = std::min<int64_t>(16, static_cast<int64_t>(prompt.size()));
-        gen.prefill(std::vector<int64_t>(prompt.begin(), prompt.begin() + n), warm);
-    }
-    log("prefill " + std::to_string(prompt.size()) + " tokens (" + label + ")");
+    log("prefill " + std::to_string(prompt.size()) + " tokens, " + std::to_string(kPrefillTrials) +
+        " times after a warm-up (" + label + ")");
     KvCache cache = model.newCache(o.promptTokens + o.decodeTokens + 2);
-    const auto t0 = Clock::now();
-    const torch::Tensor logits = gen.prefill(prompt, cache);
-    row.prefillSeconds = secondsSince(t0);
+    gen.prefill(prompt, cache);  // warm-up
+    torch::Tensor logits;
+    for (int trial = 0; trial < kPrefillTrials; ++trial) {
+        cache = model.newCache(o.promptTokens + o.decodeTokens + 2);
+        const auto t0 = Clock::now();
+        logits = gen.prefill(prompt, cache);
+        row.prefillTrialSeconds.push_back(secondsSince(t0));
+    }
+    row.prefillSeconds = median(row.prefillTrialSeconds);
     row.prefillTokensPerSecond = static_cast<double>(prompt.size()) / row.prefillSeconds;
 
     log("decode " + std::to_string(o.decodeTokens) + " tokens between read passes (" + label + ")");

@@ -29,7 +29,10 @@ struct BenchOptions {
 
 struct BenchRow {
     std::string dtype, kernels;
+    // The median of kPrefillTrials prefills of the whole prompt, each into a fresh cache, after one
+    // untimed prefill of the same length (first touches of its buffers, kernel selection).
     double prefillSeconds = 0, prefillTokensPerSecond = 0;
+    std::vector<double> prefillTrialSeconds;  // each timed prefill, in run order
     // Greedy steps in runs of kDecodeStepsBetweenReads between read passes that count towards the
     // bound, so that the memory is probed within a few steps of each timed one: all the runs' steps
     // over their time.
@@ -141,6 +144,11 @@ constexpr int kFirstBandwidthPasses = 5, kLaterBandwidthPasses = 2;
 // memory's rate holds over it (it moves by half between seconds on a VM), long enough (4 bf16 steps
 // of a 0.5B model: ~0.12 s) that the passes around it take a fifth of the time.
 constexpr int64_t kDecodeStepsBetweenReads = 4;
+// Timed prefills a row (the median is reported), after an untimed one of the same length. One
+// prefill right after a 16-token warm-up paid the first touches of every buffer the prompt sizes:
+// 512-token bf16 prefills on a Sapphire Rapids, 2 threads, three runs each, went from 742-781 to
+// 843-898 tok/s (torch kernels) and 350-357 to 369-403 (invariant); their ratio did not move.
+constexpr int kPrefillTrials = 3;
 // Decode steps each timed against its linears alone (BenchRow::decodeLinearsSecondsPerStep), at
 // most --decode-tokens of them.
 constexpr int64_t kStepLinearsPairs = 8;

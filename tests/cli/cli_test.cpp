@@ -9,6 +9,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <vector>
+
 namespace kvscope {
 namespace {
 
@@ -95,6 +98,13 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
               "decode_fraction_of_bound", "prefill_over_rebuild", "decode_step_ms", "decode_linears_ms",
               "decode_linears_gb_per_s", "decode_adjacent_read_gb_per_s", "decode_fraction_of_adjacent_reads"})
             EXPECT_GT(row[key].get<double>(), 0.0) << key << " " << row.dump();
+        // The prefill: the median of its timed trials.
+        std::vector<double> trials = row["prefill_trial_ms"].get<std::vector<double>>();
+        ASSERT_EQ(trials.size(), static_cast<std::size_t>(kPrefillTrials)) << row.dump();
+        std::sort(trials.begin(), trials.end());
+        EXPECT_NEAR(row["prefill_tokens_per_s"].get<double>(), 5 / (trials[trials.size() / 2] / 1e3),
+                    1e-9 * row["prefill_tokens_per_s"].get<double>())
+            << row.dump();
         // Each run's time over its steps; with one run, the row's step time.
         ASSERT_EQ(row["decode_run_step_ms"].size(), static_cast<std::size_t>(decodeRuns)) << row.dump();
         EXPECT_NEAR(row["decode_run_step_ms"][0].get<double>(), row["decode_step_ms"].get<double>(),
