@@ -15,7 +15,8 @@
 //   V::kValueRows: how many queries' attention sums (4 chains each) fit its registers at once,
 //   V::kPanelFromRows: from how many rows linear runs as panelLinear (0: never), V::kPanelForPairs:
 //   whether the pair order does from 32 rows, with V::Wide (an output vector: kWidth, zero,
-//   broadcast, load, fma, add, store), V::kPanelRows rows per tile and V::kTransposes16: whether
+//   broadcast, load, fma, add, store), V::kPanelRows rows per tile, V::kPanelStepsAhead: how many
+//   steps ahead of its own a panel's lane fetches (0: none), and V::kTransposes16: whether
 //   V::transpose16(v) turns 16 vectors in place into their transpose (v[j] lane i = old v[i] lane j),
 //   and v.storeFirst(p, n) stores lanes [0, n) alone,
 //   V::loadOdd(p) and V::loadEven(p): lanes j = the bf16 elements 2j+1, 2j of p[0..32), widened,
@@ -338,6 +339,13 @@ struct PanelShape {
     static constexpr int R = V::kPanelRows, C = 2, P = C * W::kWidth;  // two output vectors a row
 };
 
+// Fetches the cache lines of floats [p, p + n) into L1 (a fetch past the panel's end, as the last
+// steps' are, touches nothing: prefetches do not fault).
+inline void fetchIntoL1(const float* p, int64_t n) {
+    constexpr int64_t kLine = 64 / sizeof(float);
+    for (int64_t i = 0; i < n; i += kLine) __builtin_prefetch(p + i, 0, 3);
+}
+
 // Rows [r, r + R) (those before `rows`) against one panel: outputs [o, o + P) (those before o1).
 // xt: the tile's packed rows.
 template <typename V>
@@ -356,6 +364,7 @@ void panelTile(const float* xt, int64_t r, int64_t rows, int64_t T, const float*
         const float* wp = panel + j * T * P;
         const float* xp = xt + j * T * R;
         for (int64_t t = 0; t < T; ++t, wp += P, xp += R) {
+            if constexpr (V::kPanelStepsAhead > 0) fetchIntoL1(wp + V::kPanelStepsAhead * P, P);
             W wv[C];
 #pragma GCC unroll 4
             for (int h = 0; h < C; ++h) wv[h] = W::load(wp + h * W::kWidth);
