@@ -129,6 +129,9 @@ void finishSums(Isa isa, const float* x, const uint16_t* bias, uint16_t* out, in
 // out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g) with exps' e^x:
 void siluGate(Isa isa, const uint16_t* gate, const uint16_t* up, uint16_t* out, int64_t n);
 void siluGate(Isa isa, const float* gate, const float* up, float* out, int64_t n);
+// out[i] = x[i] + a[i], the residual add (out may be x):
+void add(Isa isa, const uint16_t* x, const uint16_t* a, uint16_t* out, int64_t n);
+void add(Isa isa, const float* x, const float* a, float* out, int64_t n);
 // RMSNorm's last step, out[i] = weight[i] * cast(x[i] * scale):
 void scaleByWeight(Isa isa, const float* x, float scale, const uint16_t* weight, uint16_t* out, int64_t n);
 void scaleByWeight(Isa isa, const float* x, float scale, const float* weight, float* out, int64_t n);

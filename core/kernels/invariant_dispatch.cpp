@@ -35,6 +35,8 @@ namespace kvscope::kernels {
     void finishSums(const float*, const uint16_t*, uint16_t*, int64_t);                                               \
     void siluGate(const uint16_t*, const uint16_t*, uint16_t*, int64_t);                                              \
     void siluGate(const float*, const float*, float*, int64_t);                                                       \
+    void add(const uint16_t*, const uint16_t*, uint16_t*, int64_t);                                                   \
+    void add(const float*, const float*, float*, int64_t);                                                            \
     void scaleByWeight(const float*, float, const uint16_t*, uint16_t*, int64_t);                                     \
     void scaleByWeight(const float*, float, const float*, float*, int64_t);                                           \
     int64_t panelFromRows();                                                                                          \
@@ -286,6 +288,10 @@ void siluGate(Isa isa, const uint16_t* gate, const uint16_t* up, uint16_t* out, 
 void siluGate(Isa isa, const float* gate, const float* up, float* out, int64_t n) {
     KVSCOPE_ON_PATH(isa, siluGate(gate, up, out, n));
 }
+void add(Isa isa, const uint16_t* x, const uint16_t* a, uint16_t* out, int64_t n) {
+    KVSCOPE_ON_PATH(isa, add(x, a, out, n));
+}
+void add(Isa isa, const float* x, const float* a, float* out, int64_t n) { KVSCOPE_ON_PATH(isa, add(x, a, out, n)); }
 void scaleByWeight(Isa isa, const float* x, float scale, const uint16_t* weight, uint16_t* out, int64_t n) {
     KVSCOPE_ON_PATH(isa, scaleByWeight(x, scale, weight, out, n));
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// The elementwise steps around the kernels (a linear's bias and rounding, SiLU-gate, RMSNorm's
-// scaling), 16 lanes at a time over the vector type V of invariant_impl.h. Each is the arithmetic
+// The elementwise steps around the kernels (a linear's bias and rounding, SiLU-gate, the residual
+// add, RMSNorm's scaling), 16 lanes at a time over the vector type V of invariant_impl.h. Each is the arithmetic
 // torch's ops do, one IEEE fp32 operation at a time, each result rounded to the tensors' dtype as
 // c10::BFloat16 rounds (nearest even; a NaN to 0x7FC0): the scalar loops this replaces converted
 // element by element through c10::BFloat16, ~10 instructions each (a decode step's linears
@@ -49,6 +49,12 @@ void siluGate(const Element* gate, const Element* up, Element* out, int64_t n) {
         const V e = expOf<V>(V::mul(g, V::broadcast(-1.0f)));
         return V::mul(V::div(g, V::add(V::broadcast(1.0f), e)), load(up));
     });
+}
+
+// out[i] = x[i] + a[i], the residual add (out may be x).
+template <typename V, typename Element>
+void add(const Element* x, const Element* a, Element* out, int64_t n) {
+    eachStep<V>(n, out, [&](auto load) { return V::add(load(x), load(a)); });
 }
 
 // RMSNorm's last step: out[i] = weight[i] * cast(x[i] * scale), the product rounded to the dtype

@@ -342,13 +342,25 @@ torch::Tensor siluGate(const torch::Tensor& gate, const torch::Tensor& up, Isa i
     return out;
 }
 
-void addInto(void* x, const void* a, bool bf16, int64_t n) {
+void addInto(const void* x, const void* a, void* out, bool bf16, int64_t n, Isa isa) {
     withElement(bf16, [&](auto element) {
         using T = decltype(element);
-        T* xp = static_cast<T*>(x);
-        const T* ap = static_cast<const T*>(a);
-        for (int64_t i = 0; i < n; ++i) xp[i] = T(static_cast<float>(xp[i]) + static_cast<float>(ap[i]));
+        const T *xp = static_cast<const T*>(x), *ap = static_cast<const T*>(a);
+        T* op = static_cast<T*>(out);
+        parallel(n, 4096, [&](int64_t begin, int64_t end) {
+            kernels::add(isa, bits(xp + begin), bits(ap + begin), bits(op + begin), end - begin);
+        });
     });
+}
+
+torch::Tensor add(const torch::Tensor& x, const torch::Tensor& a, Isa isa) {
+    requireCpuFloat(x, "a residual add's input");
+    if (a.scalar_type() != x.scalar_type() || a.sizes() != x.sizes())
+        throw UsageError("--kernels invariant: a residual add's operands differ in dtype or shape");
+    const torch::Tensor xc = x.contiguous(), ac = a.contiguous();                         // [S, H]
+    torch::Tensor out = torch::empty_like(xc);                                             // [S, H]
+    addInto(xc.data_ptr(), ac.data_ptr(), out.data_ptr(), x.scalar_type() == torch::kBFloat16, xc.numel(), isa);
+    return out;
 }
 
 void widenInto(const void* x, bool bf16, float* out, int64_t n) {

@@ -47,6 +47,8 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& keys, const
                         Isa isa = bestIsa());
 // gate, up: [S, I]  ->  cast(silu(gate) * up), silu(g) = g / (1 + e^-g) by the kernels' exp
 torch::Tensor siluGate(const torch::Tensor& gate, const torch::Tensor& up, Isa isa = bestIsa());
+// x, a: [S, H] of one dtype  ->  cast(x + a), torch's residual add: a new tensor (x stays as it was)
+torch::Tensor add(const torch::Tensor& x, const torch::Tensor& a, Isa isa = bestIsa());
 
 // ---- The same ops on memory the caller owns ---------------------------------------------------
 // What the tensor ops above compute (they call these), without a torch op: a decode step's row runs
@@ -80,8 +82,9 @@ void attentionInto(const float* q, const void* keys, const void* values, bool bf
                    int64_t start, int64_t Q, int64_t KV, int64_t D, float* out, Isa isa = bestIsa());
 // siluGate() over n elements.
 void siluGateInto(const void* gate, const void* up, void* out, bool bf16, int64_t n, Isa isa = bestIsa());
-// x[i] = cast(x[i] + a[i]), the residual add as torch's (one fp32 add, rounded to the dtype).
-void addInto(void* x, const void* a, bool bf16, int64_t n);
+// out[i] = cast(x[i] + a[i]), the residual add as torch's (one fp32 add, rounded to the dtype); out
+// may be x.
+void addInto(const void* x, const void* a, void* out, bool bf16, int64_t n, Isa isa = bestIsa());
 // out[i] = x[i] widened exactly to fp32; out[i] = cast(x[i]) rounded to the dtype.
 void widenInto(const void* x, bool bf16, float* out, int64_t n);
 void roundInto(const float* x, void* out, bool bf16, int64_t n);

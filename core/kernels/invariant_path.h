@@ -52,6 +52,8 @@
     }                                                                                                                  \
     void siluGate(const uint16_t* g, const uint16_t* u, uint16_t* out, int64_t n) { impl::siluGate<V>(g, u, out, n); } \
     void siluGate(const float* g, const float* u, float* out, int64_t n) { impl::siluGate<V>(g, u, out, n); }          \
+    void add(const uint16_t* x, const uint16_t* a, uint16_t* out, int64_t n) { impl::add<V>(x, a, out, n); }           \
+    void add(const float* x, const float* a, float* out, int64_t n) { impl::add<V>(x, a, out, n); }                    \
     void scaleByWeight(const float* x, float scale, const uint16_t* w, uint16_t* out, int64_t n) {                     \
         impl::scaleByWeight<V>(x, scale, w, out, n);                                                                   \
     }                                                                                                                  \

@@ -154,10 +154,10 @@ torch::Tensor Transformer::decodeOnRows(int64_t id, KvCache& cache) const {
         const LayerWeights& lw = weights_.layers[l];
         r.norm(r.x, lw.inputNorm, r.h, 1, H);
         attentionOnRows(lw, l, angles, cache, r);
-        kernels::addInto(r.x, r.o, r.bf16, H);
+        kernels::addInto(r.x, r.o, r.x, r.bf16, H);
         r.norm(r.x, lw.postNorm, r.h, 1, H);
         mlpOnRows(lw, r);
-        kernels::addInto(r.x, r.down, r.bf16, H);
+        kernels::addInto(r.x, r.down, r.x, r.bf16, H);
     }
     r.norm(r.x, weights_.finalNorm, r.h, 1, H);
     // The lm_head as head() computes it: the pair order, its fp32 sums the logits.

@@ -318,15 +318,20 @@ torch::Tensor Transformer::blocks(torch::Tensor x, const Span& span, ForwardObse
         // Pre-norm attention block with residual.
         torch::Tensor h = rmsNorm(x, lw.inputNorm);                                       // [S, H]
         observe(observer, l, "input_norm", h);
-        x = x + attention(l, h, span, observer);                                          // [S, H]
+        x = residual(x, attention(l, h, span, observer));                                 // [S, H]
         observe(observer, l, "attn_residual", x);
         // Pre-norm MLP block with residual.
         h = rmsNorm(x, lw.postNorm);                                                      // [S, H]
         observe(observer, l, "post_norm", h);
-        x = x + mlp(l, h, observer);                                                      // [S, H]
+        x = residual(x, mlp(l, h, observer));                                             // [S, H]
         observe(observer, l, "mlp_residual", x);
     }
     return x;
+}
+
+torch::Tensor Transformer::residual(const torch::Tensor& x, const torch::Tensor& block) const {
+    if (invariant()) return kernels::add(x, block);
+    return x + block;
 }
 
 torch::Tensor Transformer::head(torch::Tensor x, ForwardObserver* observer) const {

@@ -98,6 +98,8 @@ private:
     void checkIds(const std::vector<int64_t>& ids) const;
     torch::Tensor blocks(torch::Tensor x, const Span& span, ForwardObserver* observer) const;
     torch::Tensor head(torch::Tensor x, ForwardObserver* observer) const;
+    // x + block, the residual add: torch's, or the kernels' (the same bits, kernels::add)
+    torch::Tensor residual(const torch::Tensor& x, const torch::Tensor& block) const;
     torch::Tensor attention(int64_t layer, const torch::Tensor& x, const Span& span, ForwardObserver* observer) const;
     torch::Tensor invariantAttention(int64_t layer, const torch::Tensor& x, const Span& span,
                                      ForwardObserver* observer) const;

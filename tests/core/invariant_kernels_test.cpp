@@ -5,6 +5,7 @@
 #include "core/kernels/invariant.h"
 #include "core/kernels/invariant_ops.h"
 #include "core/kernels/kernel_threads.h"
+#include "core/util/error.h"
 #include "core/util/version.h"
 
 #include <ATen/Parallel.h>
@@ -166,7 +167,8 @@ TEST(InvariantKernels, TheKernelsExpIsWithinTwoUlpAndTheSameOnEveryPath) {
     }
 }
 
-// The elementwise steps (a linear's bias and rounding, SiLU-gate, RMSNorm's scaling) on every path,
+// The elementwise steps (a linear's bias and rounding, SiLU-gate, the residual add, RMSNorm's
+// scaling) on every path,
 // the reference included, give the bits of the fp32 operations and c10::BFloat16's rounding that
 // they replace, on values that reach every case of the rounding: ties to even both ways, the
 // largest finite float (which rounds to infinity), infinities, NaN, denormals, both zeros.
@@ -195,10 +197,12 @@ TEST(InvariantKernels, TheElementwiseStepsRoundAsTorchDoes) {
     auto value = [](uint16_t b) { return static_cast<float>(c10::BFloat16(b, c10::BFloat16::from_bits())); };
 
     std::vector<uint16_t> withFloatBias(x.size()), withBf16Bias(x.size()), noBias(x.size()), silu(x.size()),
-        normed(x.size());
-    std::vector<float> e(x.size()), siluF(x.size()), normedF(x.size());
+        normed(x.size()), sum(x.size());
+    std::vector<float> e(x.size()), siluF(x.size()), normedF(x.size()), sumF(x.size());
     for (std::size_t i = 0; i < x.size(); ++i) {
         withFloatBias[i] = bits(c10::BFloat16(x[i] + y[i]));
+        sum[i] = bits(c10::BFloat16(value(xb[i]) + value(yb[i])));
+        sumF[i] = x[i] + y[i];
         withBf16Bias[i] = bits(c10::BFloat16(x[i] + value(yb[i])));
         noBias[i] = bits(c10::BFloat16(x[i]));
         e[i] = -value(xb[i]);
@@ -232,12 +236,25 @@ TEST(InvariantKernels, TheElementwiseStepsRoundAsTorchDoes) {
             EXPECT_TRUE(same(out, silu, count)) << where << " bf16 SiLU";
             kernels::siluGate(isa, x.data(), y.data(), outF.data(), count);
             EXPECT_TRUE(same(outF, siluF, count)) << where << " fp32 SiLU";
+            kernels::add(isa, xb.data(), yb.data(), out.data(), count);
+            EXPECT_TRUE(same(out, sum, count)) << where << " bf16 add";
+            kernels::add(isa, x.data(), y.data(), outF.data(), count);
+            EXPECT_TRUE(same(outF, sumF, count)) << where << " fp32 add";
             kernels::scaleByWeight(isa, x.data(), 0.37f, yb.data(), out.data(), count);
             EXPECT_TRUE(same(out, normed, count)) << where << " bf16 norm";
             kernels::scaleByWeight(isa, x.data(), 0.37f, y.data(), outF.data(), count);
             EXPECT_TRUE(same(outF, normedF, count)) << where << " fp32 norm";
         }
     }
+}
+
+// The residual add takes two tensors of one dtype and shape, as the model's blocks give it; anything
+// else is a clear error, not a read past the smaller one.
+TEST(InvariantKernels, AResidualAddRefusesOperandsOfAnotherShapeOrDtype) {
+    const torch::Tensor x = torch::zeros({2, 8}, torch::kBFloat16);
+    EXPECT_THROW(kernels::add(x, torch::zeros({2, 9}, torch::kBFloat16)), UsageError);
+    EXPECT_THROW(kernels::add(x, torch::zeros({2, 8}, torch::kFloat32)), UsageError);
+    EXPECT_TRUE(sameBits(kernels::add(x, x), x));  // 0 + 0 = 0
 }
 
 // A linear finishes its sums (bias, rounding to the output's dtype) as torch's add and cast would,
@@ -421,9 +438,12 @@ TEST(InvariantKernels, ResultsDoNotDependOnTheThreadCount) {
     const torch::Tensor kv = randomTensor({2, 9, 32}, torch::kBFloat16);
     const torch::Tensor invFreq = torch::rand({16});
     auto compute = [&] {
-        return std::vector<torch::Tensor>{kernels::linear(x, w, {}, torch::kBFloat16), kernels::rmsNorm(x, x[0], 1e-5),
-                                          kernels::attention(q, kv, kv, 0), kernels::siluGate(x, x),
-                                          kernels::rope(q, invFreq, 3)};
+        return std::vector<torch::Tensor>{kernels::linear(x, w, {}, torch::kBFloat16),
+                                          kernels::rmsNorm(x, x[0], 1e-5),
+                                          kernels::attention(q, kv, kv, 0),
+                                          kernels::siluGate(x, x),
+                                          kernels::rope(q, invFreq, 3),
+                                          kernels::add(x, x)};
     };
     at::set_num_threads(1);
     const auto one = compute();
@@ -458,6 +478,8 @@ TEST(InvariantKernels, FusedCastsRoundAsTorchsOpsDo) {
                     std::sqrt(kernels::sumOfSquares(kernels::bestIsa(), hf[r].data_ptr<float>(), 903) / 903.0f + 1e-6f);
             EXPECT_TRUE(sameBits(kernels::rmsNorm(h, weight, 1e-6), weight * (hf * scale).to(dtype)))
                 << c10::toString(dtype) << " rows=" << rows;
+            const torch::Tensor block = randomTensor({rows, 903}, dtype);
+            EXPECT_TRUE(sameBits(kernels::add(h, block), h + block)) << c10::toString(dtype) << " rows=" << rows;
         }
         const torch::Tensor q = randomTensor({rows, 4, 24}, torch::kBFloat16), invFreq = torch::rand({12});
         EXPECT_TRUE(sameBits(kernels::rope(q, invFreq, 7),
