@@ -321,46 +321,56 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& keys, const
     return out.view({S, Q * D}).to(q.scalar_type());
 }
 
-void siluGateInto(const void* gate, const void* up, void* out, bool bf16, int64_t n, Isa isa) {
-    withElement(bf16, [&](auto element) {
-        using T = decltype(element);
-        const T *gp = static_cast<const T*>(gate), *upp = static_cast<const T*>(up);
-        T* op = static_cast<T*>(out);
-        parallel(n, 4096, [&](int64_t begin, int64_t end) {
-            kernels::siluGate(isa, bits(gp + begin), bits(upp + begin), bits(op + begin), end - begin);
-        });
-    });
-}
+namespace {
 
-torch::Tensor siluGate(const torch::Tensor& gate, const torch::Tensor& up, Isa isa) {
-    requireCpuFloat(gate, "the MLP's gate");
-    if (up.scalar_type() != gate.scalar_type() || up.sizes() != gate.sizes())
-        throw UsageError("--kernels invariant: the MLP's gate and up projections differ in dtype or shape");
-    const torch::Tensor g = gate.contiguous(), u = up.contiguous();                       // [S, I]
-    torch::Tensor out = torch::empty_like(g);                                              // [S, I]
-    siluGateInto(g.data_ptr(), u.data_ptr(), out.data_ptr(), gate.scalar_type() == torch::kBFloat16, g.numel(), isa);
-    return out;
-}
-
-void addInto(const void* x, const void* a, void* out, bool bf16, int64_t n, Isa isa) {
+// out[i] = step(x[i], a[i]) over n elements of one dtype, split across the kernels' threads; step:
+// one of the kernels' elementwise steps, called on raw bf16 bits or floats.
+template <typename Step>
+void eachPairInto(const void* x, const void* a, void* out, bool bf16, int64_t n, const Step& step) {
     withElement(bf16, [&](auto element) {
         using T = decltype(element);
         const T *xp = static_cast<const T*>(x), *ap = static_cast<const T*>(a);
         T* op = static_cast<T*>(out);
         parallel(n, 4096, [&](int64_t begin, int64_t end) {
-            kernels::add(isa, bits(xp + begin), bits(ap + begin), bits(op + begin), end - begin);
+            step(bits(xp + begin), bits(ap + begin), bits(op + begin), end - begin);
         });
     });
 }
 
-torch::Tensor add(const torch::Tensor& x, const torch::Tensor& a, Isa isa) {
-    requireCpuFloat(x, "a residual add's input");
+// A new tensor of step(x[i], a[i]) (eachPairInto) for two tensors of one dtype and shape; `what`
+// names them in the errors.
+template <typename Step>
+torch::Tensor eachPair(const torch::Tensor& x, const torch::Tensor& a, const char* what, const Step& step) {
+    requireCpuFloat(x, what);
     if (a.scalar_type() != x.scalar_type() || a.sizes() != x.sizes())
-        throw UsageError("--kernels invariant: a residual add's operands differ in dtype or shape");
-    const torch::Tensor xc = x.contiguous(), ac = a.contiguous();                         // [S, H]
-    torch::Tensor out = torch::empty_like(xc);                                             // [S, H]
-    addInto(xc.data_ptr(), ac.data_ptr(), out.data_ptr(), x.scalar_type() == torch::kBFloat16, xc.numel(), isa);
+        throw UsageError(std::string("--kernels invariant: ") + what + " differ in dtype or shape");
+    const torch::Tensor xc = x.contiguous(), ac = a.contiguous();
+    torch::Tensor out = torch::empty_like(xc);
+    eachPairInto(xc.data_ptr(), ac.data_ptr(), out.data_ptr(), x.scalar_type() == torch::kBFloat16, xc.numel(), step);
     return out;
+}
+
+auto siluGateStep(Isa isa) {
+    return [isa](auto gate, auto up, auto out, int64_t n) { kernels::siluGate(isa, gate, up, out, n); };
+}
+auto addStep(Isa isa) {
+    return [isa](auto x, auto a, auto out, int64_t n) { kernels::add(isa, x, a, out, n); };
+}
+
+}  // namespace
+
+void siluGateInto(const void* gate, const void* up, void* out, bool bf16, int64_t n, Isa isa) {
+    eachPairInto(gate, up, out, bf16, n, siluGateStep(isa));
+}
+torch::Tensor siluGate(const torch::Tensor& gate, const torch::Tensor& up, Isa isa) {  // [S, I] each
+    return eachPair(gate, up, "the MLP's gate and up projections", siluGateStep(isa));
+}
+
+void addInto(const void* x, const void* a, void* out, bool bf16, int64_t n, Isa isa) {
+    eachPairInto(x, a, out, bf16, n, addStep(isa));
+}
+torch::Tensor add(const torch::Tensor& x, const torch::Tensor& a, Isa isa) {  // [S, H] each
+    return eachPair(x, a, "a residual add's operands", addStep(isa));
 }
 
 void widenInto(const void* x, bool bf16, float* out, int64_t n) {
