@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 // The elementwise steps around the kernels (a linear's bias and rounding, SiLU-gate, the residual
-// add, RMSNorm's scaling), 16 lanes at a time over the vector type V of invariant_impl.h. Each is the arithmetic
-// torch's ops do, one IEEE fp32 operation at a time, each result rounded to the tensors' dtype as
-// c10::BFloat16 rounds (nearest even; a NaN to 0x7FC0): the scalar loops this replaces converted
-// element by element through c10::BFloat16, ~10 instructions each (a decode step's linears
-// finished ~13k outputs a layer that way).
+// add, RMSNorm's scaling), 16 lanes at a time over the vector type V of invariant_impl.h. Each is
+// the arithmetic torch's ops do, one IEEE fp32 operation at a time, each result rounded to the
+// tensors' dtype as c10::BFloat16 rounds (nearest even; a NaN to 0x7FC0): the scalar loops this
+// replaces converted element by element through c10::BFloat16, ~10 instructions each (a decode
+// step's linears finished ~13k outputs a layer that way).
 #include "core/kernels/invariant_attention_impl.h"
 
 namespace kvscope::kernels::impl {
