@@ -166,14 +166,6 @@ void sumValuesOfRest(int64_t count, float* const* weights, const Element* values
 // more). A prefill's queries read the same keys one group after another, from the caches.
 constexpr int64_t kKeysAhead = 32;
 
-// Fetches key rows [from, to) into L1.
-template <typename Element>
-void prefetchKeys(const Element* keys, int64_t D, int64_t from, int64_t to) {
-    constexpr int64_t kLine = 64 / sizeof(Element);  // elements per cache line
-    for (int64_t t = from; t < to; ++t)
-        for (int64_t e = 0; e < D; e += kLine) __builtin_prefetch(keys + t * D + e, 0, 3);
-}
-
 // A tile of R queries x K keys' scores (row-major), times `scale`, into the queries' score rows at
 // keys [t, t + K) (those before n): whole tiles scaled as vectors and copied a query's run at once
 // (one lane at a time, the store and its bounds test were 30% of attentionGroup's own time).
@@ -215,7 +207,8 @@ void attentionGroup(const AttentionArgs<Element>& a, int64_t s, int64_t h0, int6
     constexpr int kKeys = 4;  // keys per tile: R x 4 independent accumulators
     const bool fetchAhead = a.S == 1;  // a decode step (kKeysAhead); a prefill's queries share the keys
     for (int64_t t = 0; t < n; t += kKeys) {
-        if (fetchAhead) prefetchKeys(keys, D, t + kKeysAhead, smaller(t + kKeysAhead + kKeys, n));
+        if (fetchAhead)  // key rows [t + kKeysAhead, that + kKeys), those before n: contiguous
+            fetchIntoL1(keys + (t + kKeysAhead) * D, (smaller(t + kKeysAhead + kKeys, n) - t - kKeysAhead) * D);
         const Element* kp[kKeys];
         for (int c = 0; c < kKeys; ++c) kp[c] = keys + smaller(t + c, n - 1) * D;
         float tile[R * kKeys];

@@ -339,10 +339,11 @@ struct PanelShape {
     static constexpr int R = V::kPanelRows, C = 2, P = C * W::kWidth;  // two output vectors a row
 };
 
-// Fetches the cache lines of floats [p, p + n) into L1 (a fetch past the panel's end, as the last
-// steps' are, touches nothing: prefetches do not fault).
-inline void fetchIntoL1(const float* p, int64_t n) {
-    constexpr int64_t kLine = 64 / sizeof(float);
+// Fetches the cache lines of elements [p, p + n) into L1 (a fetch past an array's end, as a panel's
+// last steps' are, touches nothing: prefetches do not fault).
+template <typename Element>
+void fetchIntoL1(const Element* p, int64_t n) {
+    constexpr int64_t kLine = 64 / sizeof(Element);  // elements per cache line
     for (int64_t i = 0; i < n; i += kLine) __builtin_prefetch(p + i, 0, 3);
 }
 
