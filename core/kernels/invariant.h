@@ -121,6 +121,12 @@ struct AttentionArgs {
     float* out = nullptr;
     int64_t S = 0, start = 0, Q = 0, KV = 0, D = 0;
     float scale = 1;  // D^-0.5
+    // Null, or the keys [0, start + S) of each KV head as fp32 blocks of 16 keys side by side (feature
+    // d of key 16 b + c at (b * D + d) * 16 + c, zeros past the last key), KV head h's at
+    // h * keysInLanesStride: laidOutKeysInLanes below. The scores are then computed 16 keys at a time
+    // in the same order (invariant_attention_impl.h's scoresOfKeysInLanes).
+    const float* keysInLanes = nullptr;
+    int64_t keysInLanesStride = 0;
 };
 // scores: scratch for kAttentionScratchRows * (start + S) floats (a key's score for each of up to
 // that many heads computed together), owned by the calling thread.

@@ -297,6 +297,31 @@ torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& invFreq, int64_t
     return rope(x, ropeAngles(invFreq, start, x.size(0)));
 }
 
+constexpr int64_t kLanes = 16;  // the kernels' vector width (invariant.h's 16-lane order)
+
+// A key element widened to fp32 (exact).
+inline float widenedKey(float k) { return k; }
+inline float widenedKey(uint16_t bf16) { return static_cast<float>(c10::BFloat16(bf16, c10::BFloat16::from_bits())); }
+
+// The keys [0, n) of each KV head laid out as AttentionArgs::keysInLanes says: for a prefill's
+// queries, which all read them, once a call (n x D x KV moves against n x D x Q x S multiply-adds).
+template <typename Element>
+std::vector<float> keysInLanes(const Element* keys, int64_t headStride, int64_t KV, int64_t n, int64_t D) {
+    const int64_t blocks = (n + kLanes - 1) / kLanes, perHead = blocks * kLanes * D;
+    std::vector<float> laidOut(static_cast<std::size_t>(KV * perHead));  // zeros past the last key
+    parallel(KV * blocks, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+            const int64_t head = i / blocks, block = i % blocks;
+            float* out = laidOut.data() + head * perHead + block * kLanes * D;
+            for (int64_t c = 0; c < kLanes && block * kLanes + c < n; ++c) {
+                const Element* key = keys + head * headStride + (block * kLanes + c) * D;
+                for (int64_t d = 0; d < D; ++d) out[d * kLanes + c] = widenedKey(key[d]);
+            }
+        }
+    });
+    return laidOut;
+}
+
 void attentionInto(const float* q, const void* keys, const void* values, bool bf16, int64_t headStride, int64_t S,
                    int64_t start, int64_t Q, int64_t KV, int64_t D, float* out, Isa isa) {
     auto run = [&](auto element) {
@@ -309,6 +334,13 @@ void attentionInto(const float* q, const void* keys, const void* values, bool bf
         a.out = out;
         a.S = S, a.start = start, a.Q = Q, a.KV = KV, a.D = D;
         a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+        // A decode step's one query reads the keys where they are (fetching them ahead).
+        const std::vector<float> laidOut =
+            S > 1 ? keysInLanes(a.keys, headStride, KV, start + S, D) : std::vector<float>{};
+        if (S > 1) {
+            a.keysInLanes = laidOut.data();
+            a.keysInLanesStride = static_cast<int64_t>(laidOut.size()) / KV;
+        }
         // Stealing: with S > 1 the later queries attend to more keys (kernel_threads.h). Not for a
         // decode step's one query: its heads cost alike, and stealing cut a thread's 7 heads of one
         // KV head into groups of 4, 2 and 1, each reading the keys and values again (attention and

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 namespace kvscope {
@@ -407,27 +408,38 @@ TEST(InvariantKernels, ALinearRowIsTheSameAloneOrInABatchOfUpTo512) {
     }
 }
 
+// A decode step's query reads the keys where they lie (dotTile), a prefill's queries read them laid
+// out 16 side by side (scoresOfKeysInLanes): the same order, on every path. Heads per KV head 2, 7
+// (the AVX-512 path scores 4, then 3, together) and 6 (4, then 2); 37 keys end in a partial block;
+// head sizes 24 (a partial step of 16 features), 64 and 80.
 TEST(InvariantKernels, AQueryAttendsTheSameAloneOrWithOthers) {
     torch::manual_seed(3);
-    for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
-        const int64_t T = 37, KV = 2, Q = 4, D = 24;
-        const torch::Tensor q = randomTensor({T, Q, D}, dtype);
-        const torch::Tensor keys = randomTensor({KV, 64, D}, dtype), values = randomTensor({KV, 64, D}, dtype);
-        // One call for all T queries (a prefill) against T calls of one query each (decode steps),
-        // and chunks of 5 (a chunked prefill).
-        const torch::Tensor prefill = kernels::attention(q, keys.narrow(1, 0, T), values.narrow(1, 0, T), 0);
-        for (int64_t p = 0; p < T; ++p) {
-            const torch::Tensor step =
-                kernels::attention(q.narrow(0, p, 1), keys.narrow(1, 0, p + 1), values.narrow(1, 0, p + 1), p);
-            ASSERT_TRUE(sameBits(step, prefill.narrow(0, p, 1))) << c10::toString(dtype) << " position " << p;
-        }
-        for (int64_t start = 0; start < T; start += 5) {
-            const int64_t S = std::min<int64_t>(5, T - start);
-            const torch::Tensor chunk = kernels::attention(q.narrow(0, start, S), keys.narrow(1, 0, start + S),
-                                                           values.narrow(1, 0, start + S), start);
-            ASSERT_TRUE(sameBits(chunk, prefill.narrow(0, start, S))) << c10::toString(dtype) << " chunk at " << start;
-        }
-    }
+    std::vector<Isa> paths = vectorPaths();
+    paths.insert(paths.begin(), Isa::Scalar);
+    for (const auto dtype : {torch::kFloat32, torch::kBFloat16})
+        for (const auto& [Q, KV, D] : {std::tuple<int64_t, int64_t, int64_t>{4, 2, 24}, {14, 2, 64}, {6, 1, 80}})
+            for (const Isa isa : paths) {
+                const int64_t T = 37;
+                const std::string where = std::string(kernels::isaName(isa)) + " " + c10::toString(dtype) +
+                                          " Q=" + std::to_string(Q) + " D=" + std::to_string(D);
+                const torch::Tensor q = randomTensor({T, Q, D}, dtype);
+                const torch::Tensor keys = randomTensor({KV, 64, D}, dtype), values = randomTensor({KV, 64, D}, dtype);
+                // One call for all T queries (a prefill) against T calls of one query each (decode
+                // steps), and chunks of 5 (a chunked prefill).
+                const torch::Tensor prefill =
+                    kernels::attention(q, keys.narrow(1, 0, T), values.narrow(1, 0, T), 0, isa);
+                for (int64_t p = 0; p < T; ++p) {
+                    const torch::Tensor step = kernels::attention(q.narrow(0, p, 1), keys.narrow(1, 0, p + 1),
+                                                                  values.narrow(1, 0, p + 1), p, isa);
+                    ASSERT_TRUE(sameBits(step, prefill.narrow(0, p, 1))) << where << " position " << p;
+                }
+                for (int64_t start = 0; start < T; start += 5) {
+                    const int64_t S = std::min<int64_t>(5, T - start);
+                    const torch::Tensor chunk = kernels::attention(q.narrow(0, start, S), keys.narrow(1, 0, start + S),
+                                                                   values.narrow(1, 0, start + S), start, isa);
+                    ASSERT_TRUE(sameBits(chunk, prefill.narrow(0, start, S))) << where << " chunk at " << start;
+                }
+            }
 }
 
 TEST(InvariantKernels, ResultsDoNotDependOnTheThreadCount) {
