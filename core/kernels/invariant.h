@@ -56,29 +56,16 @@ Isa pairsPathForRows(Isa isa, int64_t rows);
 constexpr int64_t kPairPanelFromRows = 32;
 const char* isaName(Isa isa);  // "scalar", "avx2", "avx512", "avx512bf16"
 
-// What a linear's caller does with its sums as they come out: call(context, sums, stride, r0, r1,
-// o0, o1) gets the block of rows [r0, r1) x outputs [o0, o1), sums[(r - r0) * stride + o - o0],
-// valid during the call only. A plain function pointer: the vector files call it, and must not
-// instantiate the standard library's inline templates (invariant_impl.h says why).
-struct SumsReady {
-    void (*call)(const void* context, const float* sums, int64_t stride, int64_t r0, int64_t r1, int64_t o0,
-                 int64_t o1);
-    const void* context;
-};
-
 // y[r * yStride + o] = dot(x[r], w[o]) for rows [0, rows) and outputs [o0, o1). x: [rows, in] fp32;
 // w: [out, in] fp32, or bf16 as raw uint16 bits. packedRows: x packed by packRowTiles for this path,
-// or null (a path that packs many rows packs them itself, for its outputs alone). ready: null, or
-// called with every block of the sums before the call returns, each once; y may then be left
-// unwritten (a linear computed as panels hands each tile's sums over from a buffer in cache, so a
-// bias and a cast read them there instead of from memory).
+// or null (a path that packs many rows packs them itself, for its outputs alone).
 void linear(Isa isa, const float* x, int64_t rows, int64_t in, const float* w, float* y, int64_t yStride, int64_t o0,
-            int64_t o1, const float* packedRows = nullptr, const SumsReady* ready = nullptr);
+            int64_t o1, const float* packedRows = nullptr);
 void linear(Isa isa, const float* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0,
-            int64_t o1, const float* packedRows = nullptr, const SumsReady* ready = nullptr);
+            int64_t o1, const float* packedRows = nullptr);
 // The same with bf16 inputs and weights, both raw uint16 bits: the pair order.
 void linear(Isa isa, const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride,
-            int64_t o0, int64_t o1, const float* packedRows = nullptr, const SumsReady* ready = nullptr);
+            int64_t o0, int64_t o1, const float* packedRows = nullptr);
 // A many-row linear's rows packed once for all the threads that share its outputs, where the path
 // computes them as panels (invariant_impl.h's PackedRows): how many floats they take (0: this path
 // packs nothing for so many rows), in how many tiles, and tiles [tile0, tile1) of them packed.

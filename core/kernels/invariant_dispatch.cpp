@@ -15,34 +15,31 @@
 
 namespace kvscope::kernels {
 
-#define KVSCOPE_DECLARE_PATH(ns)                                                                                     \
-    namespace ns {                                                                                                   \
-    void linear(const float*, int64_t, int64_t, const float*, float*, int64_t, int64_t, int64_t, const float*,       \
-                const SumsReady*);                                                                                   \
-    void linear(const float*, int64_t, int64_t, const uint16_t*, float*, int64_t, int64_t, int64_t, const float*,    \
-                const SumsReady*);                                                                                   \
-    void linear(const uint16_t*, int64_t, int64_t, const uint16_t*, float*, int64_t, int64_t, int64_t, const float*, \
-                const SumsReady*);                                                                                   \
-    int64_t packedRowsFloats(int64_t, int64_t, bool);                                                                \
-    int64_t packedRowTiles(int64_t);                                                                                 \
-    void packRowTiles(const float*, int64_t, int64_t, int64_t, int64_t, float*);                                     \
-    void packRowTiles(const uint16_t*, int64_t, int64_t, int64_t, int64_t, float*);                                  \
-    void attention(const AttentionArgs<float>&, int64_t, int64_t, float*);                                           \
-    void attention(const AttentionArgs<uint16_t>&, int64_t, int64_t, float*);                                        \
-    float sumOfSquares(const float*, int64_t);                                                                       \
-    void exps(const float*, float, float*, int64_t);                                                                 \
-    void triad(float*, const float*, const float*, float, int64_t);                                                  \
-    float readAll(const float*, int64_t, int64_t);                                                                   \
-    int64_t multiplyAdds(int64_t, bool, float*);                                                                     \
-    void finishSums(const float*, const float*, uint16_t*, int64_t);                                                 \
-    void finishSums(const float*, const uint16_t*, uint16_t*, int64_t);                                              \
-    void siluGate(const uint16_t*, const uint16_t*, uint16_t*, int64_t);                                             \
-    void siluGate(const float*, const float*, float*, int64_t);                                                      \
-    void add(const uint16_t*, const uint16_t*, uint16_t*, int64_t);                                                  \
-    void add(const float*, const float*, float*, int64_t);                                                           \
-    void scaleByWeight(const float*, float, const uint16_t*, uint16_t*, int64_t);                                    \
-    void scaleByWeight(const float*, float, const float*, float*, int64_t);                                          \
-    int64_t panelFromRows();                                                                                         \
+#define KVSCOPE_DECLARE_PATH(ns)                                                                                      \
+    namespace ns {                                                                                                    \
+    void linear(const float*, int64_t, int64_t, const float*, float*, int64_t, int64_t, int64_t, const float*);       \
+    void linear(const float*, int64_t, int64_t, const uint16_t*, float*, int64_t, int64_t, int64_t, const float*);    \
+    void linear(const uint16_t*, int64_t, int64_t, const uint16_t*, float*, int64_t, int64_t, int64_t, const float*); \
+    int64_t packedRowsFloats(int64_t, int64_t, bool);                                                                 \
+    int64_t packedRowTiles(int64_t);                                                                                  \
+    void packRowTiles(const float*, int64_t, int64_t, int64_t, int64_t, float*);                                      \
+    void packRowTiles(const uint16_t*, int64_t, int64_t, int64_t, int64_t, float*);                                   \
+    void attention(const AttentionArgs<float>&, int64_t, int64_t, float*);                                            \
+    void attention(const AttentionArgs<uint16_t>&, int64_t, int64_t, float*);                                         \
+    float sumOfSquares(const float*, int64_t);                                                                        \
+    void exps(const float*, float, float*, int64_t);                                                                  \
+    void triad(float*, const float*, const float*, float, int64_t);                                                   \
+    float readAll(const float*, int64_t, int64_t);                                                                    \
+    int64_t multiplyAdds(int64_t, bool, float*);                                                                      \
+    void finishSums(const float*, const float*, uint16_t*, int64_t);                                                  \
+    void finishSums(const float*, const uint16_t*, uint16_t*, int64_t);                                               \
+    void siluGate(const uint16_t*, const uint16_t*, uint16_t*, int64_t);                                              \
+    void siluGate(const float*, const float*, float*, int64_t);                                                       \
+    void add(const uint16_t*, const uint16_t*, uint16_t*, int64_t);                                                   \
+    void add(const float*, const float*, float*, int64_t);                                                            \
+    void scaleByWeight(const float*, float, const uint16_t*, uint16_t*, int64_t);                                     \
+    void scaleByWeight(const float*, float, const float*, float*, int64_t);                                           \
+    int64_t panelFromRows();                                                                                          \
     }
 KVSCOPE_DECLARE_PATH(scalar)
 #ifdef KVSCOPE_KERNELS_X86
@@ -85,8 +82,8 @@ bool nativePairsAgree() {
     for (uint16_t& v : x) v = bits.next();
     for (uint16_t& v : w) v = bits.next();
     float emulated[kOut], native[kOut];
-    avx512::linear(x, 1, kIn, w, emulated, kOut, 0, kOut, nullptr, nullptr);
-    avx512bf16::linear(x, 1, kIn, w, native, kOut, 0, kOut, nullptr, nullptr);
+    avx512::linear(x, 1, kIn, w, emulated, kOut, 0, kOut, nullptr);
+    avx512bf16::linear(x, 1, kIn, w, native, kOut, 0, kOut, nullptr);
     return std::memcmp(emulated, native, sizeof native) == 0;
 }
 #endif
@@ -241,12 +238,12 @@ auto onPath(Isa isa, Call call) {
 #endif
 
 void linear(Isa isa, const float* x, int64_t rows, int64_t in, const float* w, float* y, int64_t yStride, int64_t o0,
-            int64_t o1, const float* packedRows, const SumsReady* ready) {
-    KVSCOPE_ON_PATH(isa, linear(x, rows, in, w, y, yStride, o0, o1, packedRows, ready));
+            int64_t o1, const float* packedRows) {
+    KVSCOPE_ON_PATH(isa, linear(x, rows, in, w, y, yStride, o0, o1, packedRows));
 }
 void linear(Isa isa, const float* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0,
-            int64_t o1, const float* packedRows, const SumsReady* ready) {
-    KVSCOPE_ON_PATH(isa, linear(x, rows, in, w, y, yStride, o0, o1, packedRows, ready));
+            int64_t o1, const float* packedRows) {
+    KVSCOPE_ON_PATH(isa, linear(x, rows, in, w, y, yStride, o0, o1, packedRows));
 }
 int64_t packedRowsFloats(Isa isa, int64_t rows, int64_t in, bool pairs) {
     return KVSCOPE_ON_PATH(isa, packedRowsFloats(rows, in, pairs));
@@ -265,8 +262,8 @@ void attention(Isa isa, const AttentionArgs<uint16_t>& a, int64_t begin, int64_t
     KVSCOPE_ON_PATH(isa, attention(a, begin, end, scores));
 }
 void linear(Isa isa, const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride,
-            int64_t o0, int64_t o1, const float* packedRows, const SumsReady* ready) {
-    KVSCOPE_ON_PATH(isa, linear(x, rows, in, w, y, yStride, o0, o1, packedRows, ready));
+            int64_t o0, int64_t o1, const float* packedRows) {
+    KVSCOPE_ON_PATH(isa, linear(x, rows, in, w, y, yStride, o0, o1, packedRows));
 }
 float sumOfSquares(Isa isa, const float* x, int64_t n) { return KVSCOPE_ON_PATH(isa, sumOfSquares(x, n)); }
 void exps(Isa isa, const float* x, float shift, float* y, int64_t n) { KVSCOPE_ON_PATH(isa, exps(x, shift, y, n)); }

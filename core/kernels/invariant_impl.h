@@ -68,37 +68,17 @@ struct EmulatedPairs {
 // The pair order's denormal rule: flush-to-zero and denormals-are-zero for the MXCSR of the calling
 // thread while it lives (VDPBF16PS flushes whatever the MXCSR says; FMAs and the tree's adds do when
 // it says so). Elsewhere than x86 there is no vector path to agree with, and nothing is flushed.
-// ready(): the caller's SumsReady (null for null) called under the MXCSR from before, the flushing
-// back on after: what it does with the sums (a bias add and a cast, torch's ops) flushes nothing.
 class FlushDenormals {
 public:
 #if defined(__x86_64__) || defined(__i386__)
-    explicit FlushDenormals(const SumsReady* ready = nullptr) : saved_(_mm_getcsr()), ready_(ready) {
-        _mm_setcsr(saved_ | kFlushToZero | kDenormalsAreZero);
-    }
+    FlushDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | kFlushToZero | kDenormalsAreZero); }
     ~FlushDenormals() { _mm_setcsr(saved_); }
-    FlushDenormals(const FlushDenormals&) = delete;
-    FlushDenormals& operator=(const FlushDenormals&) = delete;
-    const SumsReady* ready() const { return ready_ ? &unflushed_ : nullptr; }
 
 private:
-    static void callUnflushed(const void* self, const float* sums, int64_t stride, int64_t r0, int64_t r1, int64_t o0,
-                              int64_t o1) {
-        const auto* flushed = static_cast<const FlushDenormals*>(self);
-        _mm_setcsr(flushed->saved_);
-        flushed->ready_->call(flushed->ready_->context, sums, stride, r0, r1, o0, o1);
-        _mm_setcsr(flushed->saved_ | kFlushToZero | kDenormalsAreZero);
-    }
     static constexpr unsigned kFlushToZero = 0x8000, kDenormalsAreZero = 0x0040;
     unsigned saved_;
-    const SumsReady* ready_;
-    SumsReady unflushed_{&callUnflushed, this};
 #else
-    explicit FlushDenormals(const SumsReady* ready = nullptr) : ready_(ready) {}
-    const SumsReady* ready() const { return ready_; }
-
-private:
-    const SumsReady* ready_;
+    FlushDenormals() = default;
 #endif
 };
 
@@ -367,11 +347,11 @@ void fetchIntoL1(const Element* p, int64_t n) {
     for (int64_t i = 0; i < n; i += kLine) __builtin_prefetch(p + i, 0, 3);
 }
 
-// A tile's R rows (its first `rows` of them written) against one panel's P outputs (its first
-// `outputs`): y[k * yStride + c] for row k and output c of the tile. xt: the tile's packed rows.
+// Rows [r, r + R) (those before `rows`) against one panel: outputs [o, o + P) (those before o1).
+// xt: the tile's packed rows.
 template <typename V>
-void panelTile(const float* xt, int64_t rows, int64_t T, const float* panel, float* y, int64_t yStride,
-               int64_t outputs) {
+void panelTile(const float* xt, int64_t r, int64_t rows, int64_t T, const float* panel, float* y, int64_t yStride,
+               int64_t o, int64_t o1) {
     using S = PanelShape<V>;
     using W = typename S::W;
     constexpr int R = S::R, C = S::C, P = S::P;
@@ -403,7 +383,7 @@ void panelTile(const float* xt, int64_t rows, int64_t T, const float* panel, flo
     }
     // The tree's loops unrolled, its sums in registers (left to the compiler, they went through the
     // stack: 1-2% of a 512-token bf16 prefill on a Sapphire Rapids, alternating in one process).
-    for (int k = 0; k < R && k < rows; ++k)
+    for (int k = 0; k < R && r + k < rows; ++k)
 #pragma GCC unroll 4
         for (int h = 0; h < C; ++h) {  // the tree: +8, +4, +2, +1, one output vector at a time
             W s[8];
@@ -415,14 +395,14 @@ void panelTile(const float* xt, int64_t rows, int64_t T, const float* panel, flo
 #pragma GCC unroll 2
             for (int j = 0; j < 2; ++j) s[j] = W::add(s[j], s[j + 2]);
             const W total = W::add(s[0], s[1]);
-            float* out = y + k * yStride + h * W::kWidth;
-            if ((h + 1) * W::kWidth <= outputs) {
+            float* out = y + (r + k) * yStride + o + h * W::kWidth;
+            if (o + (h + 1) * W::kWidth <= o1) {
                 total.store(out);
                 continue;
             }
             float sums[W::kWidth];
             total.store(sums);
-            for (int c = 0; h * W::kWidth + c < outputs; ++c) out[c] = sums[c];
+            for (int c = 0; o + h * W::kWidth + c < o1; ++c) out[c] = sums[c];
         }
 }
 
@@ -432,18 +412,10 @@ inline float* alignedFloats(int64_t n) {
     return static_cast<float*>(aligned_alloc(64, (static_cast<size_t>(n) * sizeof(float) + 63) / 64 * 64));
 }
 
-// Hands the sums of rows [0, rows) x outputs [o0, o1), computed into y, to `ready` (if any).
-inline void handOver(const SumsReady* ready, const float* y, int64_t yStride, int64_t rows, int64_t o0, int64_t o1) {
-    if (ready) ready->call(ready->context, y + o0, yStride, 0, rows, o0, o1);
-}
-
 // packed: the rows already packed (packRows' layout, PackedRows below), or null to pack them here.
-// ready: where each tile's sums go, from a buffer of one tile's rows that stays in L1 (the caller
-// finishes them there), instead of into y: for 512 rows, writing every sum to memory and reading
-// it back to finish it took ~3.5% of a bf16 prefill on a Sapphire Rapids.
 template <typename V, typename Order, typename XElement, typename Element>
 void panelLinear(const XElement* x, int64_t rows, int64_t in, const Element* w, float* y, int64_t yStride, int64_t o0,
-                 int64_t o1, const float* packed, const SumsReady* ready) {
+                 int64_t o1, const float* packed) {
     using S = PanelShape<V>;
     constexpr int R = S::R, P = S::P;
     const int64_t T = Order::steps(in), tiles = (rows + R - 1) / R, panelFloats = kLanes * T * P;
@@ -454,32 +426,23 @@ void panelLinear(const XElement* x, int64_t rows, int64_t in, const Element* w, 
     const int64_t G = smaller(fit > 1 ? fit : 1, (o1 - o0 + P - 1) / P);
     float* panels = alignedFloats(G * panelFloats);
     float* ownRows = packed ? nullptr : alignedFloats(tiles * tileFloats);
-    float* tileSums = ready ? alignedFloats(R * G * P) : nullptr;  // [R][G * P]
-    if (!panels || (!packed && !ownRows) || (ready && !tileSums)) {  // out of memory: the same bits, slower
+    if (!panels || (!packed && !ownRows)) {  // out of memory: the same bits, slower
         free(panels);
         free(ownRows);
-        free(tileSums);
-        linearTiles<V, V::kRows, V::kCols, typename Order::Steps>(x, rows, in, w, y, yStride, o0, o1);
-        return handOver(ready, y, yStride, rows, o0, o1);
+        return linearTiles<V, V::kRows, V::kCols, typename Order::Steps>(x, rows, in, w, y, yStride, o0, o1);
     }
     if (!packed) packRows<V, R, Order>(x, rows, in, 0, tiles, ownRows);
     const float* xs = packed ? packed : ownRows;
     for (int64_t o = o0; o < o1; o += G * P) {
-        const int64_t count = smaller(G, (o1 - o + P - 1) / P), oEnd = smaller(o1, o + count * P);
+        const int64_t count = smaller(G, (o1 - o + P - 1) / P);
         for (int64_t g = 0; g < count; ++g) packPanel<V, P, Order>(w, in, o + g * P, o1, panels + g * panelFloats);
-        for (int64_t tile = 0; tile < tiles; ++tile) {
-            const int64_t r = tile * R, tileRows = smaller(R, rows - r);
-            float* sums = tileSums ? tileSums : y + r * yStride + o;
-            const int64_t stride = tileSums ? G * P : yStride;
+        for (int64_t tile = 0; tile < tiles; ++tile)
             for (int64_t g = 0; g < count; ++g)
-                panelTile<V>(xs + tile * tileFloats, tileRows, T, panels + g * panelFloats, sums + g * P, stride,
-                             smaller(P, oEnd - (o + g * P)));
-            if (ready) ready->call(ready->context, sums, stride, r, r + tileRows, o, oEnd);
-        }
+                panelTile<V>(xs + tile * tileFloats, tile * R, rows, T, panels + g * panelFloats, y, yStride, o + g * P,
+                             o1);
     }
     free(panels);
     free(ownRows);
-    free(tileSums);
 }
 
 // Where linear / linearPairs compute `rows` rows as panels, their rows packed once for every
@@ -539,16 +502,15 @@ void packRowTiles(const Element* x, int64_t rows, int64_t in, int64_t tile0, int
 
 template <typename V, typename Element>
 void linear(const float* x, int64_t rows, int64_t in, const Element* w, float* y, int64_t yStride, int64_t o0,
-            int64_t o1, const float* packed, const SumsReady* ready) {
+            int64_t o1, const float* packed) {
     if constexpr (V::kPanelFromRows > 0) {
         if (PackedRows<V, LaneOrder<V>>::used(rows))
-            return panelLinear<V, LaneOrder<V>>(x, rows, in, w, y, yStride, o0, o1, packed, ready);
+            return panelLinear<V, LaneOrder<V>>(x, rows, in, w, y, yStride, o0, o1, packed);
     }
     if (rows >= V::kRows)
         linearTiles<V, V::kRows, V::kCols, LaneSteps<V>>(x, rows, in, w, y, yStride, o0, o1);
     else  // a decode step's one row
         linearTiles<V, 1, V::kDecodeCols, LaneSteps<V>, V::kDecodeFetchesAhead>(x, rows, in, w, y, yStride, o0, o1);
-    handOver(ready, y, yStride, rows, o0, o1);
 }
 
 // The pair order. With the instruction, or for a few rows, as dotTiles over 32-element steps; many
@@ -556,17 +518,14 @@ void linear(const float* x, int64_t rows, int64_t in, const Element* w, float* y
 // packing, a few cycles per weight and input, the FMAs on widened copies earn back.
 template <typename V>
 void linearPairs(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0,
-                 int64_t o1, const float* packed, const SumsReady* ready) {
-    const FlushDenormals flushed(ready);
+                 int64_t o1, const float* packed) {
+    const FlushDenormals flushed;
     if constexpr (!V::kNativePairs && V::kPanelForPairs) {
         if (PackedRows<V, PairLanes<V>>::used(rows))
-            return panelLinear<V, PairLanes<V>>(x, rows, in, w, y, yStride, o0, o1, packed, flushed.ready());
+            return panelLinear<V, PairLanes<V>>(x, rows, in, w, y, yStride, o0, o1, packed);
     }
-    if (rows >= V::kRows)
-        linearTiles<V, V::kRows, V::kCols, PairSteps<V>>(x, rows, in, w, y, yStride, o0, o1);
-    else
-        linearTiles<V, 1, V::kDecodeCols, PairSteps<V>, V::kDecodeFetchesAhead>(x, rows, in, w, y, yStride, o0, o1);
-    handOver(flushed.ready(), y, yStride, rows, o0, o1);
+    if (rows >= V::kRows) return linearTiles<V, V::kRows, V::kCols, PairSteps<V>>(x, rows, in, w, y, yStride, o0, o1);
+    linearTiles<V, 1, V::kDecodeCols, PairSteps<V>, V::kDecodeFetchesAhead>(x, rows, in, w, y, yStride, o0, o1);
 }
 
 template <typename V>

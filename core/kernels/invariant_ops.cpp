@@ -52,47 +52,32 @@ inline float* bits(float* p) { return p; }
 inline const uint16_t* bits(const c10::BFloat16* p) { return reinterpret_cast<const uint16_t*>(p); }
 inline uint16_t* bits(c10::BFloat16* p) { return reinterpret_cast<uint16_t*>(p); }
 
-// out[r0:r1, o0:o1] = cast(sums + bias[o0:o1]), sums[(r - r0) * stride + o - o0]: the bias added
-// to the fp32 sum (one rounding), then one rounding to the output's dtype.
-void finish(const float* sums, int64_t stride, int64_t r0, int64_t r1, int64_t o0, int64_t o1, const LinearInto& p,
-            bool outBf16, Isa isa) {
+// out[:, o0:o1] = cast(sums[:, o0:o1] + bias[o0:o1]): the bias added to the fp32 sum (one rounding),
+// then one rounding to the output's dtype.
+void finish(const float* sums, int64_t S, const LinearInto& p, bool outBf16, int64_t o0, int64_t o1, Isa isa) {
     const int64_t width = p.out, n = o1 - o0;
     if (outBf16) {
-        for (int64_t r = r0; r < r1; ++r) {
-            const float* rowSums = sums + (r - r0) * stride;
-            uint16_t* op = static_cast<uint16_t*>(p.output) + r * width + o0;
+        for (int64_t r = 0; r < S; ++r) {
+            const int64_t at = r * width + o0;
+            uint16_t* op = static_cast<uint16_t*>(p.output) + at;
             if (!p.bias)
-                finishSums(isa, rowSums, static_cast<const float*>(nullptr), op, n);
+                finishSums(isa, sums + at, static_cast<const float*>(nullptr), op, n);
             else if (p.biasBf16)
-                finishSums(isa, rowSums, static_cast<const uint16_t*>(p.bias) + o0, op, n);
+                finishSums(isa, sums + at, static_cast<const uint16_t*>(p.bias) + o0, op, n);
             else
-                finishSums(isa, rowSums, static_cast<const float*>(p.bias) + o0, op, n);
+                finishSums(isa, sums + at, static_cast<const float*>(p.bias) + o0, op, n);
         }
         return;
     }
     float* op = static_cast<float*>(p.output);  // fp32 with a bias (fp32 without one needs no finishing)
     auto addBias = [&](const auto* bias) {
-        for (int64_t r = r0; r < r1; ++r)
-            for (int64_t o = o0; o < o1; ++o)
-                op[r * width + o] = sums[(r - r0) * stride + o - o0] + static_cast<float>(bias[o]);
+        for (int64_t r = 0; r < S; ++r)
+            for (int64_t o = o0; o < o1; ++o) op[r * width + o] = sums[r * width + o] + static_cast<float>(bias[o]);
     };
     if (p.biasBf16)
         addBias(static_cast<const c10::BFloat16*>(p.bias));
     else
         addBias(static_cast<const float*>(p.bias));
-}
-
-// finish() as a linear's SumsReady, so that a tile's sums are finished while they are in cache.
-struct Finishing {
-    const LinearInto* projection;
-    bool outBf16;
-    Isa isa;
-};
-
-void finishReady(const void* context, const float* sums, int64_t stride, int64_t r0, int64_t r1, int64_t o0,
-                 int64_t o1) {
-    const auto* f = static_cast<const Finishing*>(context);
-    finish(sums, stride, r0, r1, o0, o1, *f->projection, f->outBf16, f->isa);
 }
 
 // The rows of a many-row linear packed once, the threads splitting the tiles, for every projection
@@ -139,21 +124,16 @@ void linearsInto(const void* x, bool xBf16, int64_t S, int64_t in, const std::ve
             const LinearInto& p = projections[m];
             const int64_t o0 = (from - firstBlock[m]) * kBlock, o1 = std::min(p.out, (to - firstBlock[m]) * kBlock);
             const auto* w16 = static_cast<const uint16_t*>(p.weight);
-            const Finishing finishing{&p, outBf16, isa};
-            const SumsReady finishHere{&finishReady, &finishing};
-            const SumsReady* ready = p.output ? &finishHere : nullptr;  // fp32 without a bias: nothing to finish
             if (tiles)
                 linearTiles(bestTilePath(), static_cast<const uint16_t*>(x), S, in, w16, p.sums, p.out, o0, o1);
             else if (pairs)
-                kernels::linear(path, static_cast<const uint16_t*>(x), S, in, w16, p.sums, p.out, o0, o1, packed.get(),
-                                ready);
+                kernels::linear(path, static_cast<const uint16_t*>(x), S, in, w16, p.sums, p.out, o0, o1, packed.get());
             else if (p.weightBf16)
-                kernels::linear(path, static_cast<const float*>(x), S, in, w16, p.sums, p.out, o0, o1, packed.get(),
-                                ready);
+                kernels::linear(path, static_cast<const float*>(x), S, in, w16, p.sums, p.out, o0, o1, packed.get());
             else
                 kernels::linear(path, static_cast<const float*>(x), S, in, static_cast<const float*>(p.weight), p.sums,
-                                p.out, o0, o1, packed.get(), ready);
-            if (tiles && p.output) finish(p.sums + o0, p.out, 0, S, o0, o1, p, outBf16, isa);
+                                p.out, o0, o1, packed.get());
+            if (p.output) finish(p.sums, S, p, outBf16, o0, o1, isa);
         }
     };
     parallel(firstBlock.back(), 1, computeBlocks, S == 1 ? kStealBlocks : 0);

@@ -64,8 +64,7 @@ struct LinearInto {
     int64_t out = 0;
     const void* bias = nullptr;    // [out], or null
     bool biasBf16 = false;
-    float* sums = nullptr;         // [S, out] fp32: the result itself where `output` is null, else
-                                   // scratch (many rows finish from a tile's buffer, leaving it unwritten)
+    float* sums = nullptr;         // [S, out] fp32: the result itself where `output` is null
     void* output = nullptr;        // [S, out] in the output dtype; null for fp32 without a bias
 };
 // linears() on raw rows: x is bf16 only where every weight is (the pair order), fp32 otherwise.

@@ -10,16 +10,16 @@
 #define KVSCOPE_DEFINE_KERNEL_PATH(ns, V)                                                                              \
     namespace ns {                                                                                                     \
     void linear(const float* x, int64_t rows, int64_t in, const float* w, float* y, int64_t yStride, int64_t o0,       \
-                int64_t o1, const float* packed, const SumsReady* ready) {                                             \
-        impl::linear<V>(x, rows, in, w, y, yStride, o0, o1, packed, ready);                                            \
+                int64_t o1, const float* packed) {                                                                     \
+        impl::linear<V>(x, rows, in, w, y, yStride, o0, o1, packed);                                                   \
     }                                                                                                                  \
     void linear(const float* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0,    \
-                int64_t o1, const float* packed, const SumsReady* ready) {                                             \
-        impl::linear<V>(x, rows, in, w, y, yStride, o0, o1, packed, ready);                                            \
+                int64_t o1, const float* packed) {                                                                     \
+        impl::linear<V>(x, rows, in, w, y, yStride, o0, o1, packed);                                                   \
     }                                                                                                                  \
     void linear(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0, \
-                int64_t o1, const float* packed, const SumsReady* ready) {                                             \
-        impl::linearPairs<V>(x, rows, in, w, y, yStride, o0, o1, packed, ready);                                       \
+                int64_t o1, const float* packed) {                                                                     \
+        impl::linearPairs<V>(x, rows, in, w, y, yStride, o0, o1, packed);                                              \
     }                                                                                                                  \
     int64_t packedRowsFloats(int64_t rows, int64_t in, bool pairs) {                                                   \
         return impl::packedRowsFloats<V>(rows, in, pairs);                                                             \
