@@ -141,6 +141,13 @@ void add(Isa isa, const float* x, const float* a, float* out, int64_t n);
 // RMSNorm's last step, out[i] = weight[i] * cast(x[i] * scale):
 void scaleByWeight(Isa isa, const float* x, float scale, const uint16_t* weight, uint16_t* out, int64_t n);
 void scaleByWeight(Isa isa, const float* x, float scale, const float* weight, float* out, int64_t n);
+// RoPE (rotate-half) on `rows` rows of `heads` heads of D features, row s at angles cosines[s * D/2],
+// sines[s * D/2]: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin), x1 = x[i], x2 = x[i + D/2]
+// (out may be x):
+void rope(Isa isa, const uint16_t* x, uint16_t* out, int64_t rows, int64_t heads, int64_t D, const float* cosines,
+          const float* sines);
+void rope(Isa isa, const float* x, float* out, int64_t rows, int64_t heads, int64_t D, const float* cosines,
+          const float* sines);
 
 // Memory-bandwidth probes for `kvscope bench`, vectorised like the kernels they bound (a plain C++
 // loop compiles to scalar code at -O2 and under-reads the machine). n: a multiple of 64.

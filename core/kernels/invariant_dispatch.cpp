@@ -39,6 +39,8 @@ namespace kvscope::kernels {
     void add(const float*, const float*, float*, int64_t);                                                            \
     void scaleByWeight(const float*, float, const uint16_t*, uint16_t*, int64_t);                                     \
     void scaleByWeight(const float*, float, const float*, float*, int64_t);                                           \
+    void rope(const uint16_t*, uint16_t*, int64_t, int64_t, int64_t, const float*, const float*);                     \
+    void rope(const float*, float*, int64_t, int64_t, int64_t, const float*, const float*);                           \
     int64_t panelFromRows();                                                                                          \
     }
 KVSCOPE_DECLARE_PATH(scalar)
@@ -297,6 +299,14 @@ void scaleByWeight(Isa isa, const float* x, float scale, const uint16_t* weight,
 }
 void scaleByWeight(Isa isa, const float* x, float scale, const float* weight, float* out, int64_t n) {
     KVSCOPE_ON_PATH(isa, scaleByWeight(x, scale, weight, out, n));
+}
+void rope(Isa isa, const uint16_t* x, uint16_t* out, int64_t rows, int64_t heads, int64_t D, const float* cosines,
+          const float* sines) {
+    KVSCOPE_ON_PATH(isa, rope(x, out, rows, heads, D, cosines, sines));
+}
+void rope(Isa isa, const float* x, float* out, int64_t rows, int64_t heads, int64_t D, const float* cosines,
+          const float* sines) {
+    KVSCOPE_ON_PATH(isa, rope(x, out, rows, heads, D, cosines, sines));
 }
 int64_t cacheBytesForPanels() {
     static const int64_t bytes = [] {

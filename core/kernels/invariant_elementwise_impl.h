@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 // The elementwise steps around the kernels (a linear's bias and rounding, SiLU-gate, the residual
-// add, RMSNorm's scaling), 16 lanes at a time over the vector type V of invariant_impl.h. Each is
+// add, RMSNorm's scaling, RoPE), 16 lanes at a time over the vector type V of invariant_impl.h. Each is
 // the arithmetic torch's ops do, one IEEE fp32 operation at a time, each result rounded to the
 // tensors' dtype as c10::BFloat16 rounds (nearest even; a NaN to 0x7FC0): the scalar loops this
 // replaces converted element by element through c10::BFloat16, ~10 instructions each (a decode
@@ -67,6 +67,44 @@ void scaleByWeight(const float* x, float scale, const Element* weight, Element* 
         if constexpr (sizeof(Element) == sizeof(uint16_t)) normed = V::roundBf16(normed);
         return V::mul(load(weight), normed);
     });
+}
+
+// RoPE (rotate-half) on `rows` rows of `heads` heads of D features, row s at angles
+// cosines[s * D / 2 ...], sines[...]: (x1, x2) = (x[i], x[i + D/2]) -> (x1 cos - x2 sin,
+// x2 cos + x1 sin), each product, difference and sum one IEEE operation in fp32, rounded to the
+// dtype (out may be x: a head's two halves are read before either is written).
+template <typename V, typename Element>
+void rope(const Element* x, Element* out, int64_t rows, int64_t heads, int64_t D, const float* cosines,
+          const float* sines) {
+    const int64_t half = D / 2;
+    auto rotate = [](const V& x1, const V& x2, const V& c, const V& s, V* first, V* second) {
+        *first = V::sub(V::mul(x1, c), V::mul(x2, s));
+        *second = V::add(V::mul(x2, c), V::mul(x1, s));
+    };
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t h = 0; h < heads; ++h) {
+            const Element* row = x + (r * heads + h) * D;
+            Element* dst = out + (r * heads + h) * D;
+            const float* c = cosines + r * half;
+            const float* s = sines + r * half;
+            int64_t i = 0;
+            for (; i + kLanes <= half; i += kLanes) {
+                V first, second;
+                rotate(V::load(row + i), V::load(row + half + i), V::load(c + i), V::load(s + i), &first, &second);
+                storeAs<V>(first, dst + i);
+                storeAs<V>(second, dst + half + i);
+            }
+            if (i == half) continue;
+            const int64_t left = half - i;  // zero-padded copies; only the first `left` results are written
+            V first, second;
+            rotate(loadPadded<V>(row + i, left), loadPadded<V>(row + half + i, left), loadPadded<V>(c + i, left),
+                   loadPadded<V>(s + i, left), &first, &second);
+            Element firstOut[kLanes], secondOut[kLanes];
+            storeAs<V>(first, firstOut);
+            storeAs<V>(second, secondOut);
+            memcpy(dst + i, firstOut, static_cast<size_t>(left) * sizeof(Element));
+            memcpy(dst + half + i, secondOut, static_cast<size_t>(left) * sizeof(Element));
+        }
 }
 
 }  // namespace

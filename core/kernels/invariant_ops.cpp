@@ -236,32 +236,21 @@ RopeAngles ropeAngles(const torch::Tensor& invFreq, int64_t start, int64_t S) {
 }
 
 void ropeInto(const void* x, void* out, bool bf16, int64_t S, int64_t heads, int64_t D, const float* cosines,
-              const float* sines) {
+              const float* sines, Isa isa) {
     const int64_t half = D / 2;
     withElement(bf16, [&](auto element) {
         using T = decltype(element);
         const T* xp = static_cast<const T*>(x);
         T* op = static_cast<T*>(out);
         parallel(S, 1, [&](int64_t begin, int64_t end) {
-            for (int64_t s = begin; s < end; ++s) {
-                const float* cosAt = cosines + s * half;
-                const float* sinAt = sines + s * half;
-                for (int64_t h = 0; h < heads; ++h) {
-                    const T* row = xp + (s * heads + h) * D;
-                    T* dst = op + (s * heads + h) * D;
-                    for (int64_t i = 0; i < half; ++i) {  // (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin)
-                        const float x1 = static_cast<float>(row[i]), x2 = static_cast<float>(row[i + half]);
-                        const float a = x1 * cosAt[i], b = x2 * sinAt[i], c = x2 * cosAt[i], d = x1 * sinAt[i];
-                        dst[i] = T(a - b);
-                        dst[i + half] = T(c + d);
-                    }
-                }
-            }
+            const int64_t at = begin * heads * D;
+            kernels::rope(isa, bits(xp + at), bits(op + at), end - begin, heads, D, cosines + begin * half,
+                          sines + begin * half);
         });
     });
 }
 
-torch::Tensor rope(const torch::Tensor& x, const RopeAngles& angles) {
+torch::Tensor rope(const torch::Tensor& x, const RopeAngles& angles, Isa isa) {
     requireCpuFloat(x, "RoPE's input");
     const int64_t S = x.size(0), heads = x.size(1), D = x.size(2), half = D / 2;
     if (angles.cosines.size(0) != S || angles.cosines.size(1) != half)
@@ -269,12 +258,12 @@ torch::Tensor rope(const torch::Tensor& x, const RopeAngles& angles) {
     const torch::Tensor xc = x.contiguous();                                               // [S, heads, D]
     torch::Tensor out = torch::empty_like(xc);                                             // [S, heads, D]
     ropeInto(xc.data_ptr(), out.data_ptr(), x.scalar_type() == torch::kBFloat16, S, heads, D,
-             angles.cosines.data_ptr<float>(), angles.sines.data_ptr<float>());
+             angles.cosines.data_ptr<float>(), angles.sines.data_ptr<float>(), isa);
     return out;
 }
 
-torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& invFreq, int64_t start) {
-    return rope(x, ropeAngles(invFreq, start, x.size(0)));
+torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& invFreq, int64_t start, Isa isa) {
+    return rope(x, ropeAngles(invFreq, start, x.size(0)), isa);
 }
 
 constexpr int64_t kLanes = 16;  // the kernels' vector width (invariant.h's 16-lane order)

@@ -39,9 +39,9 @@ struct RopeAngles {
 };
 RopeAngles ropeAngles(const torch::Tensor& invFreq, int64_t start, int64_t S);
 // x: [S, heads, D]  ->  rotated at the angles' positions (rotate-half)
-torch::Tensor rope(const torch::Tensor& x, const RopeAngles& angles);
+torch::Tensor rope(const torch::Tensor& x, const RopeAngles& angles, Isa isa = bestIsa());
 // The same at positions [start, start+S) (invFreq: [D/2]).
-torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& invFreq, int64_t start);
+torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& invFreq, int64_t start, Isa isa = bestIsa());
 // q: [S, Q, D] (after RoPE)  keys, values: [KV, T, D] views of the cache (T = start + S)  ->  [S, Q*D]
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& keys, const torch::Tensor& values, int64_t start,
                         Isa isa = bestIsa());
@@ -75,7 +75,7 @@ void rmsNormInto(const void* x, const void* weight, void* out, bool bf16, int64_
                  Isa isa = bestIsa());
 // rope() of x [S, heads, D] at the angles' S positions ([S, D/2] each).
 void ropeInto(const void* x, void* out, bool bf16, int64_t S, int64_t heads, int64_t D, const float* cosines,
-              const float* sines);
+              const float* sines, Isa isa = bestIsa());
 // attention() into fp32 out [S, Q * D]: q fp32 [S, Q, D], keys and values [KV, *, D] of the cache's
 // dtype, KV head h at + h * headStride elements.
 void attentionInto(const float* q, const void* keys, const void* values, bool bf16, int64_t headStride, int64_t S,

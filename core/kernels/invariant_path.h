@@ -60,5 +60,12 @@
     void scaleByWeight(const float* x, float scale, const float* w, float* out, int64_t n) {                           \
         impl::scaleByWeight<V>(x, scale, w, out, n);                                                                   \
     }                                                                                                                  \
+    void rope(const uint16_t* x, uint16_t* out, int64_t rows, int64_t heads, int64_t D, const float* c,                \
+              const float* s) {                                                                                        \
+        impl::rope<V>(x, out, rows, heads, D, c, s);                                                                   \
+    }                                                                                                                  \
+    void rope(const float* x, float* out, int64_t rows, int64_t heads, int64_t D, const float* c, const float* s) {    \
+        impl::rope<V>(x, out, rows, heads, D, c, s);                                                                   \
+    }                                                                                                                  \
     int64_t panelFromRows() { return V::kPanelFromRows; }                                                              \
     }

@@ -408,6 +408,35 @@ TEST(InvariantKernels, ALinearRowIsTheSameAloneOrInABatchOfUpTo512) {
     }
 }
 
+// RoPE on every path is torch's rotate-half in fp32 (each product and the sum or difference one
+// IEEE operation), rounded to the dtype; half a head of 4 (a partial vector only), 32, 40 (a whole
+// vector and a partial one) and 64; in place (a decode step's) as out of place.
+TEST(InvariantKernels, RopeOnEveryPathIsTorchsRotateHalf) {
+    torch::manual_seed(13);
+    std::vector<Isa> paths = vectorPaths();
+    paths.insert(paths.begin(), Isa::Scalar);
+    for (const auto dtype : {torch::kFloat32, torch::kBFloat16})
+        for (const int64_t D : {8, 64, 80, 128}) {
+            const int64_t S = 5, heads = 3, half = D / 2;
+            const torch::Tensor x = randomTensor({S, heads, D}, dtype);
+            const torch::Tensor invFreq = torch::rand({half});
+            const kernels::RopeAngles angles = kernels::ropeAngles(invFreq, 7, S);
+            const torch::Tensor c = angles.cosines.unsqueeze(1), s = angles.sines.unsqueeze(1);  // [S, 1, half]
+            const torch::Tensor x1 = x.narrow(2, 0, half).to(torch::kFloat32);
+            const torch::Tensor x2 = x.narrow(2, half, half).to(torch::kFloat32);
+            const torch::Tensor expected = torch::cat({x1 * c - x2 * s, x2 * c + x1 * s}, 2).to(dtype);
+            for (const Isa isa : paths) {
+                const std::string where =
+                    std::string(kernels::isaName(isa)) + " " + c10::toString(dtype) + " D=" + std::to_string(D);
+                EXPECT_TRUE(sameBits(kernels::rope(x, angles, isa), expected)) << where;
+                torch::Tensor inPlace = x.clone();
+                kernels::ropeInto(inPlace.data_ptr(), inPlace.data_ptr(), dtype == torch::kBFloat16, S, heads, D,
+                                  angles.cosines.data_ptr<float>(), angles.sines.data_ptr<float>(), isa);
+                EXPECT_TRUE(sameBits(inPlace, expected)) << where << " in place";
+            }
+        }
+}
+
 // A decode step's query reads the keys where they lie (dotTile), a prefill's queries read them laid
 // out 16 side by side (scoresOfKeysInLanes): the same order, on every path. Heads per KV head 2, 7
 // (the AVX-512 path scores 4, then 3, together) and 6 (4, then 2); 37 keys end in a partial block;
