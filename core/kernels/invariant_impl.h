@@ -289,17 +289,20 @@ void packRows(const Element* x, int64_t rows, int64_t in, int64_t tile0, int64_t
 }
 
 // Weight rows [o, o + P) laid out [lane j][step t][output c] (zeros from o1 on), so that one lane
-// streams contiguously. Step by step, each row's 16 lanes are loaded as a vector; where V can
-// transpose 16 of them in registers (kTransposes16), 16 rows' vectors become 16 lanes' runs of
-// outputs, stored whole; otherwise each vector is spread over the lanes' runs element by element
-// (their lines stay in L1 while the P rows of a step fill them).
+// streams contiguously. Where V can transpose 16 vectors in registers (kTransposes16), 16 rows'
+// lanes of a step are loaded as vectors and become 16 lanes' runs of outputs, stored whole, and
+// those 16 rows are read to their end before the next 16: 16 sequential streams from memory at a
+// time instead of all P rows' (512-token prefills alternating in one process on a Sapphire
+// Rapids, six rounds: 0.7-2.3% shorter in bf16, 1.6% in fp32). Otherwise, step by step, each row's
+// vector is spread over the lanes' runs element by element (their lines stay in L1 while the P rows
+// of a step fill them).
 template <typename V, int P, typename Order, typename Element>
 void packPanel(const Element* w, int64_t in, int64_t o, int64_t o1, float* panel) {
     const int64_t T = Order::steps(in);
     auto rowLanes = [&](int c, int64_t t) { return o + c < o1 ? Order::lanes(w + (o + c) * in, in, t) : V::zero(); };
-    for (int64_t t = 0; t < T; ++t) {
-        if constexpr (V::kTransposes16 && P % kLanes == 0) {
-            for (int h = 0; h < P; h += kLanes) {
+    if constexpr (V::kTransposes16 && P % kLanes == 0) {
+        for (int h = 0; h < P; h += kLanes)
+            for (int64_t t = 0; t < T; ++t) {
                 V lanes[kLanes];
 #pragma GCC unroll 16
                 for (int c = 0; c < kLanes; ++c) lanes[c] = rowLanes(h + c, t);
@@ -307,13 +310,13 @@ void packPanel(const Element* w, int64_t in, int64_t o, int64_t o1, float* panel
 #pragma GCC unroll 16
                 for (int j = 0; j < kLanes; ++j) lanes[j].store(panel + (j * T + t) * P + h);
             }
-        } else {
+    } else {
+        for (int64_t t = 0; t < T; ++t)
             for (int c = 0; c < P; ++c) {
                 float lanes[kLanes];
                 rowLanes(c, t).store(lanes);
                 for (int64_t j = 0; j < kLanes; ++j) panel[(j * T + t) * P + c] = lanes[j];
             }
-        }
     }
 }
 
