@@ -280,19 +280,21 @@ void attentionGroup(const AttentionArgs<Element>& a, int64_t s, int64_t h0, int6
         out[r] = a.out + pair * D;
     }
 
-    constexpr int kKeys = 4;  // keys per tile: R x 4 independent accumulators
-    const bool fetchAhead = a.S == 1;  // a decode step (kKeysAhead); a prefill's queries share the keys
-    if (a.keysInLanes)
+    if (a.keysInLanes) {  // a call of several queries: the keys laid out 16 side by side
         scoreKeysInLanes<V, V::kValueRows>(q, count, a.keysInLanes + kvHead * a.keysInLanesStride, D, n, a.scale,
                                            scores);
-    for (int64_t t = 0; !a.keysInLanes && t < n; t += kKeys) {
-        if (fetchAhead)  // key rows [t + kKeysAhead, that + kKeys), those before n: contiguous
-            fetchIntoL1(keys + (t + kKeysAhead) * D, (smaller(t + kKeysAhead + kKeys, n) - t - kKeysAhead) * D);
-        const Element* kp[kKeys];
-        for (int c = 0; c < kKeys; ++c) kp[c] = keys + smaller(t + c, n - 1) * D;
-        float tile[R * kKeys];
-        dotTile<V, R, kKeys, LaneSteps<V>>(q, kp, D, tile);
-        storeScaledScores<V, R, kKeys>(tile, a.scale, count, t, n, scores);
+    } else {  // a decode step: R x 4 tiles over the keys where they lie
+        constexpr int kKeys = 4;  // keys per tile: R x 4 independent accumulators
+        const bool fetchAhead = a.S == 1;  // kKeysAhead; several queries without the layout share the keys
+        for (int64_t t = 0; t < n; t += kKeys) {
+            if (fetchAhead)  // key rows [t + kKeysAhead, that + kKeys), those before n: contiguous
+                fetchIntoL1(keys + (t + kKeysAhead) * D, (smaller(t + kKeysAhead + kKeys, n) - t - kKeysAhead) * D);
+            const Element* kp[kKeys];
+            for (int c = 0; c < kKeys; ++c) kp[c] = keys + smaller(t + c, n - 1) * D;
+            float tile[R * kKeys];
+            dotTile<V, R, kKeys, LaneSteps<V>>(q, kp, D, tile);
+            storeScaledScores<V, R, kKeys>(tile, a.scale, count, t, n, scores);
+        }
     }
     for (int64_t r = 0; r < count; ++r) exps<V>(scores[r], largest<V>(scores[r], n), scores[r], n);
     // Each query's sum in key order, the R sums interleaved: one add's latency a key for all of them.
