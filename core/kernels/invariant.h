@@ -99,6 +99,8 @@ bool widensWeightsItself(Isa isa, int64_t rows);
 // [S rows x Q heads], pair index = row * Q + head.
 // q:   [S, Q, D] fp32 (after RoPE)     keys, values: [KV, *, D], head h of KV at + h * headStride
 // out: [S, Q, D] fp32                  query row s sits at position start + s and sees keys [0, start + s]
+// Keys side by side in AttentionArgs::keysInLanes: one per lane of the kernels' 16-lane vectors.
+constexpr int64_t kKeysSideBySide = 16;
 template <typename Element>
 struct AttentionArgs {
     const float* q = nullptr;
@@ -108,10 +110,11 @@ struct AttentionArgs {
     float* out = nullptr;
     int64_t S = 0, start = 0, Q = 0, KV = 0, D = 0;
     float scale = 1;  // D^-0.5
-    // Null, or the keys [0, start + S) of each KV head as fp32 blocks of 16 keys side by side (feature
+    // Null, or the keys [0, start + S) of each KV head as fp32 blocks of kKeysSideBySide keys (feature
     // d of key 16 b + c at (b * D + d) * 16 + c, zeros past the last key), KV head h's at
-    // h * keysInLanesStride: laidOutKeysInLanes below. The scores are then computed 16 keys at a time
-    // in the same order (invariant_attention_impl.h's scoresOfKeysInLanes).
+    // h * keysInLanesStride, as attentionInto (invariant_ops.cpp) lays them out for several queries.
+    // The scores are then computed 16 keys at a time in the same order (invariant_attention_impl.h's
+    // scoresOfKeysInLanes).
     const float* keysInLanes = nullptr;
     int64_t keysInLanesStride = 0;
 };

@@ -192,6 +192,7 @@ void storeScaledScores(float* tile, float scale, int64_t count, int64_t t, int64
 // in registers. Every key vector loaded is shared by the QR queries. Against dotTile's 4 x 4 tiles,
 // which reduce over features within a vector and then transpose 16 trees: one layer's attention
 // for 512 queries 4.44 -> 3.64 ms on a Sapphire Rapids (AVX2 path there 8.61 -> 6.14 ms).
+static_assert(kKeysSideBySide == kLanes, "AttentionArgs::keysInLanes holds one key per lane");
 template <typename V, int QR>
 void scoresOfKeysInLanes(const float* const* q, const float* keysInLanes, int64_t D, V* out) {
     auto chain = [&](int64_t lane, V* acc) {  // acc[r] = lane `lane`'s chain of query r

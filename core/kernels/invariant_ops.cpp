@@ -266,27 +266,25 @@ torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& invFreq, int64_t
     return rope(x, ropeAngles(invFreq, start, x.size(0)), isa);
 }
 
-constexpr int64_t kLanes = 16;  // the kernels' vector width (invariant.h's 16-lane order)
-
-// A key element widened to fp32 (exact).
-inline float widenedKey(float k) { return k; }
-inline float widenedKey(uint16_t bf16) { return static_cast<float>(c10::BFloat16(bf16, c10::BFloat16::from_bits())); }
-
 // The keys [0, n) of each KV head laid out as AttentionArgs::keysInLanes says: for a prefill's
 // queries, which all read them, once a call (n x D x KV moves against n x D x Q x S multiply-adds).
-template <typename Element>
-std::vector<float> keysInLanes(const Element* keys, int64_t headStride, int64_t KV, int64_t n, int64_t D) {
-    const int64_t blocks = (n + kLanes - 1) / kLanes, perHead = blocks * kLanes * D;
+// bf16 keys are widened exactly, as widenInto does.
+std::vector<float> keysInLanes(const void* keys, bool bf16, int64_t headStride, int64_t KV, int64_t n, int64_t D) {
+    constexpr int64_t kBlock = kKeysSideBySide;
+    const int64_t blocks = (n + kBlock - 1) / kBlock, perHead = blocks * kBlock * D;
     std::vector<float> laidOut(static_cast<std::size_t>(KV * perHead));  // zeros past the last key
-    parallel(KV * blocks, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-            const int64_t head = i / blocks, block = i % blocks;
-            float* out = laidOut.data() + head * perHead + block * kLanes * D;
-            for (int64_t c = 0; c < kLanes && block * kLanes + c < n; ++c) {
-                const Element* key = keys + head * headStride + (block * kLanes + c) * D;
-                for (int64_t d = 0; d < D; ++d) out[d * kLanes + c] = widenedKey(key[d]);
+    withElement(bf16, [&](auto element) {
+        using T = decltype(element);
+        parallel(KV * blocks, 1, [&](int64_t begin, int64_t end) {
+            for (int64_t i = begin; i < end; ++i) {
+                const int64_t head = i / blocks, block = i % blocks;
+                float* out = laidOut.data() + head * perHead + block * kBlock * D;
+                for (int64_t c = 0; c < kBlock && block * kBlock + c < n; ++c) {
+                    const T* key = static_cast<const T*>(keys) + head * headStride + (block * kBlock + c) * D;
+                    for (int64_t d = 0; d < D; ++d) out[d * kBlock + c] = static_cast<float>(key[d]);
+                }
             }
-        }
+        });
     });
     return laidOut;
 }
@@ -305,8 +303,8 @@ void attentionInto(const float* q, const void* keys, const void* values, bool bf
         a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
         // A decode step's one query reads the keys where they are (fetching them ahead).
         const std::vector<float> laidOut =
-            S > 1 ? keysInLanes(a.keys, headStride, KV, start + S, D) : std::vector<float>{};
-        if (S > 1) {
+            S > 1 ? keysInLanes(keys, bf16, headStride, KV, start + S, D) : std::vector<float>{};
+        if (!laidOut.empty()) {
             a.keysInLanes = laidOut.data();
             a.keysInLanesStride = static_cast<int64_t>(laidOut.size()) / KV;
         }
