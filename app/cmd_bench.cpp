@@ -51,6 +51,9 @@ nlohmann::json reportToJson(const BenchReport& r) {
              {"kernels", row.kernels},
              {"prefill_tokens_per_s", row.prefillTokensPerSecond},
              {"prefill_trial_ms", milliseconds(row.prefillTrialSeconds)},
+             {"prefill_of_torch_in_turn",
+              row.prefillInTurnOfTorch.empty() ? nlohmann::json(nullptr) : nlohmann::json(row.prefillOfTorchInTurn)},
+             {"prefill_in_turn_of_torch", row.prefillInTurnOfTorch},
              {"decode_tokens_per_s", row.decodeTokensPerSecond},
              {"decode_mv_tokens_per_s", row.decodeMatrixVectorTokensPerSecond},
              {"rebuild_tokens_per_s", row.rebuildTokensPerSecond},
@@ -110,6 +113,26 @@ std::string oneDnnLine(const OneDnnIsa& isa) {
     return isa.name + " (" + isa.library + "; " + cap + ")";
 }
 
+// Each row's prefill against torch kernels' timed in turn (BenchRow::prefillInTurnOfTorch).
+void printPrefillsInTurn(const BenchReport& r) {
+    bool any = false;
+    for (const auto& row : r.rows) {
+        if (row.prefillInTurnOfTorch.empty()) continue;
+        if (!any)
+            std::printf("\nprefill of torch kernels', the two timed in turn (%d rounds; median, then each round):\n",
+                        kPrefillRoundsInTurn);
+        any = true;
+        std::string rounds;
+        for (const double ratio : row.prefillInTurnOfTorch) {
+            char figure[24];
+            std::snprintf(figure, sizeof figure, "%s%.1f%%", rounds.empty() ? "" : " ", 100.0 * ratio);
+            rounds += figure;
+        }
+        std::printf("  %-5s %-15s %6.1f%%  (%s)\n", row.dtype.c_str(), row.kernels.c_str(),
+                    100.0 * row.prefillOfTorchInTurn, rounds.c_str());
+    }
+}
+
 void printReport(const BenchReport& r) {
     const std::string prefillPath =
         r.prefillPairPath == r.kernelPath ? "" : "; a bf16 prefill's linears: " + r.prefillPairPath + " path (FMAs)";
@@ -154,6 +177,7 @@ void printReport(const BenchReport& r) {
         "ids fed one forward per token (how audit and bridge rebuild torch-kernel trajectories); pf/rebld =\n"
         "prefill over it.\n",
         static_cast<long long>(kDecodeStepsBetweenReads));
+    printPrefillsInTurn(r);
     std::string onHugePages;  // one figure per dtype: its kernel rows share the loaded weights
     for (std::size_t i = 0; i < r.rows.size(); ++i) {
         const BenchRow& row = r.rows[i];

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -459,6 +460,30 @@ double measureMultiplyAdds(bool pairs, int passes) {
     return best;
 }
 
+// One prefill of `prompt` into a fresh cache, in seconds.
+double timedPrefill(const Transformer& model, const std::vector<int64_t>& prompt, const BenchOptions& o) {
+    Generator gen(model);
+    KvCache cache = model.newCache(o.promptTokens + 2);
+    const auto t0 = Clock::now();
+    gen.prefill(prompt, cache);
+    return secondsSince(t0);
+}
+
+// rows[i]'s prefill against torch kernels' (models[torchAt]) in turn (BenchRow::prefillInTurnOfTorch):
+// every round times each model once, in the run's order, after an untimed round.
+void comparePrefillsInTurn(const std::deque<Transformer>& models, std::size_t torchAt,
+                           const std::vector<int64_t>& prompt, const BenchOptions& o, BenchRow* rows) {
+    for (int round = -1; round < kPrefillRoundsInTurn; ++round) {
+        std::vector<double> seconds;
+        for (const Transformer& model : models) seconds.push_back(timedPrefill(model, prompt, o));
+        if (round < 0) continue;  // the untimed round
+        for (std::size_t i = 0; i < models.size(); ++i)
+            if (i != torchAt) rows[i].prefillInTurnOfTorch.push_back(seconds[torchAt] / seconds[i]);
+    }
+    for (std::size_t i = 0; i < models.size(); ++i)
+        if (i != torchAt) rows[i].prefillOfTorchInTurn = median(rows[i].prefillInTurnOfTorch);
+}
+
 BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const std::string&)>& log) {
     BenchReport report;
     report.modelDir = ensureModel(o, log);
@@ -513,10 +538,13 @@ BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const s
         std::vector<int64_t> prompt;
         const int64_t vocab = loaded.config().vocabSize;
         for (int64_t i = 0; i < o.promptTokens; ++i) prompt.push_back((i * 7919 + 13) % vocab);
+        std::deque<Transformer> models;  // kept for the prefills in turn below
+        const std::size_t firstRow = report.rows.size();
         for (const Kernels k : o.kernels) {
             Numerics numerics;
             numerics.kernels = k;  // the same weight tensors under each kernel choice
-            const Transformer model(loaded.config(), loaded.weights(), dtype, o.device, numerics);
+            const Transformer& model =
+                models.emplace_back(loaded.config(), loaded.weights(), dtype, o.device, numerics);
             log("measuring memory bandwidth again (" + std::to_string(kLaterBandwidthPasses) + " passes)");
             probeBandwidth(kLaterBandwidthPasses);
             report.rows.push_back(measureRow(model, prompt, o, probe, log));
@@ -526,6 +554,13 @@ BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const s
                 log("kernel figures (" + dtypeName(dtype) + ", " + kernelsName(k) + ")");
                 for (const auto& row : measureKernels(model, o.promptTokens)) report.kernelRows.push_back(row);
             }
+        }
+        const auto torchAt = std::find(o.kernels.begin(), o.kernels.end(), Kernels::Torch);
+        if (torchAt != o.kernels.end() && o.kernels.size() > 1) {
+            log("prefill under each kernel choice in turn, " + std::to_string(kPrefillRoundsInTurn) +
+                " rounds after an untimed one (" + dtypeName(dtype) + ")");
+            comparePrefillsInTurn(models, static_cast<std::size_t>(torchAt - o.kernels.begin()), prompt, o,
+                                  report.rows.data() + firstRow);
         }
         const double bytes = weightBytes(loaded);
         if (keptBytes + bytes <= static_cast<double>(physicalMemoryBytes()) / 4) {

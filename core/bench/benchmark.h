@@ -33,6 +33,12 @@ struct BenchRow {
     // untimed prefill of the same length (first touches of its buffers, kernel selection).
     double prefillSeconds = 0, prefillTokensPerSecond = 0;
     std::vector<double> prefillTrialSeconds;  // each timed prefill, in run order
+    // The same prompt's prefill against torch kernels' of the same dtype, the two in turn: each of
+    // kPrefillRoundsInTurn rounds times one prefill under every kernel choice of the run, one after
+    // another, and this is torch's time over this row's in each round (empty for torch's own row and
+    // where the run has no torch row). prefillOfTorchInTurn: their median.
+    std::vector<double> prefillInTurnOfTorch;
+    double prefillOfTorchInTurn = 0;
     // Greedy steps in runs of kDecodeStepsBetweenReads between read passes that count towards the
     // bound, so that the memory is probed within a few steps of each timed one: all the runs' steps
     // over their time.
@@ -149,6 +155,12 @@ constexpr int64_t kDecodeStepsBetweenReads = 4;
 // 512-token bf16 prefills on a Sapphire Rapids, 2 threads, three runs each, went from 742-781 to
 // 843-898 tok/s (torch kernels) and 350-357 to 369-403 (invariant); their ratio did not move.
 constexpr int kPrefillTrials = 3;
+// Rounds of prefills under each kernel choice in turn (BenchRow::prefillInTurnOfTorch), after an
+// untimed round. A row's own prefills come minutes after the torch row's, and a VM's speed moves by
+// several percent in minutes: in nine runs on one Sapphire Rapids VM torch's bf16 prefill alone
+// spanned 705-826 tok/s, the invariant one's ratio to it 45.9-50.9%. In one round both see the same
+// machine.
+constexpr int kPrefillRoundsInTurn = 5;
 // Decode steps each timed against its linears alone (BenchRow::decodeLinearsSecondsPerStep), at
 // most --decode-tokens of them.
 constexpr int64_t kStepLinearsPairs = 8;

@@ -116,6 +116,20 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
         EXPECT_LE(row["decode_adjacent_read_gb_per_s"].get<double>(), j["read_bandwidth_gb_per_s"].get<double>())
             << row.dump();
         EXPECT_EQ(row["decode_mv_tokens_per_s"].get<double>() > 0, row["kernels"] == "torch") << row.dump();
+        // Against torch kernels' prefill of its dtype, the two timed in turn: the median of the rounds'
+        // ratios; nothing for the torch row itself.
+        const std::vector<double> inTurn = row["prefill_in_turn_of_torch"].get<std::vector<double>>();
+        if (row["kernels"] == "torch") {
+            EXPECT_TRUE(inTurn.empty()) << row.dump();
+            EXPECT_TRUE(row["prefill_of_torch_in_turn"].is_null()) << row.dump();
+            continue;
+        }
+        static_assert(kPrefillRoundsInTurn % 2 == 1, "an odd count: the median is one round's ratio");
+        ASSERT_EQ(inTurn.size(), static_cast<std::size_t>(kPrefillRoundsInTurn)) << row.dump();
+        std::vector<double> sorted = inTurn;
+        std::sort(sorted.begin(), sorted.end());
+        for (const double ratio : sorted) EXPECT_GT(ratio, 0.0) << row.dump();
+        EXPECT_EQ(row["prefill_of_torch_in_turn"].get<double>(), sorted[sorted.size() / 2]) << row.dump();
     }
     // Six shapes at one row and five (no lm_head) at the prompt's rows, for each of the four rows above;
     // the invariant kernels' prefill rows against their multiply-add rate, nothing else.
@@ -152,6 +166,9 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
     ASSERT_EQ(k["rows"].size(), 1u);
     EXPECT_EQ(k["rows"][0]["kernels"], "invariant");
     EXPECT_TRUE(k["kernel_rows"].empty());
+    // No torch row in the run: nothing to time in turn against.
+    EXPECT_TRUE(k["rows"][0]["prefill_of_torch_in_turn"].is_null()) << k.dump();
+    EXPECT_TRUE(k["rows"][0]["prefill_in_turn_of_torch"].empty()) << k.dump();
 }
 
 TEST(Cli, BenchNamesWhatTorchKernelsBf16ProductsRunOn) {
