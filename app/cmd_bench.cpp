@@ -54,6 +54,7 @@ nlohmann::json reportToJson(const BenchReport& r) {
              {"prefill_of_torch_in_turn",
               row.prefillInTurnOfTorch.empty() ? nlohmann::json(nullptr) : nlohmann::json(row.prefillOfTorchInTurn)},
              {"prefill_in_turn_of_torch", row.prefillInTurnOfTorch},
+             {"prefill_in_turn_ms", milliseconds(row.prefillInTurnSeconds)},
              {"decode_tokens_per_s", row.decodeTokensPerSecond},
              {"decode_mv_tokens_per_s", row.decodeMatrixVectorTokensPerSecond},
              {"rebuild_tokens_per_s", row.rebuildTokensPerSecond},

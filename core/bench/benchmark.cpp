@@ -477,8 +477,10 @@ void comparePrefillsInTurn(const std::deque<Transformer>& models, std::size_t to
         std::vector<double> seconds;
         for (const Transformer& model : models) seconds.push_back(timedPrefill(model, prompt, o));
         if (round < 0) continue;  // the untimed round
-        for (std::size_t i = 0; i < models.size(); ++i)
+        for (std::size_t i = 0; i < models.size(); ++i) {
+            rows[i].prefillInTurnSeconds.push_back(seconds[i]);
             if (i != torchAt) rows[i].prefillInTurnOfTorch.push_back(seconds[torchAt] / seconds[i]);
+        }
     }
     for (std::size_t i = 0; i < models.size(); ++i)
         if (i != torchAt) rows[i].prefillOfTorchInTurn = median(rows[i].prefillInTurnOfTorch);

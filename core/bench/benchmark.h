@@ -35,9 +35,10 @@ struct BenchRow {
     std::vector<double> prefillTrialSeconds;  // each timed prefill, in run order
     // The same prompt's prefill against torch kernels' of the same dtype, the two in turn: each of
     // kPrefillRoundsInTurn rounds times one prefill under every kernel choice of the run, one after
-    // another, and this is torch's time over this row's in each round (empty for torch's own row and
-    // where the run has no torch row). prefillOfTorchInTurn: their median.
-    std::vector<double> prefillInTurnOfTorch;
+    // another. prefillInTurnSeconds: this row's prefill in each round (every row, where the run has a
+    // torch row and another); prefillInTurnOfTorch: torch's time over this row's in each round (not
+    // for torch's own row); prefillOfTorchInTurn: their median.
+    std::vector<double> prefillInTurnSeconds, prefillInTurnOfTorch;
     double prefillOfTorchInTurn = 0;
     // Greedy steps in runs of kDecodeStepsBetweenReads between read passes that count towards the
     // bound, so that the memory is probed within a few steps of each timed one: all the runs' steps

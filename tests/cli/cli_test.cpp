@@ -116,19 +116,31 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
         EXPECT_LE(row["decode_adjacent_read_gb_per_s"].get<double>(), j["read_bandwidth_gb_per_s"].get<double>())
             << row.dump();
         EXPECT_EQ(row["decode_mv_tokens_per_s"].get<double>() > 0, row["kernels"] == "torch") << row.dump();
-        // Against torch kernels' prefill of its dtype, the two timed in turn: the median of the rounds'
-        // ratios; nothing for the torch row itself.
+        // Every row's prefill timed in turn with the others of its dtype, each round.
+        ASSERT_EQ(row["prefill_in_turn_ms"].size(), static_cast<std::size_t>(kPrefillRoundsInTurn)) << row.dump();
+        for (const auto& ms : row["prefill_in_turn_ms"]) EXPECT_GT(ms.get<double>(), 0.0) << row.dump();
+    }
+    // Against torch kernels' prefill of its dtype in each round: torch's time over the row's, and the
+    // median of those; nothing for the torch row itself.
+    for (const auto& row : j["rows"]) {
         const std::vector<double> inTurn = row["prefill_in_turn_of_torch"].get<std::vector<double>>();
         if (row["kernels"] == "torch") {
             EXPECT_TRUE(inTurn.empty()) << row.dump();
             EXPECT_TRUE(row["prefill_of_torch_in_turn"].is_null()) << row.dump();
             continue;
         }
-        static_assert(kPrefillRoundsInTurn % 2 == 1, "an odd count: the median is one round's ratio");
+        const auto torchRow = std::find_if(j["rows"].begin(), j["rows"].end(), [&](const auto& other) {
+            return other["dtype"] == row["dtype"] && other["kernels"] == "torch";
+        });
+        ASSERT_NE(torchRow, j["rows"].end()) << row.dump();
         ASSERT_EQ(inTurn.size(), static_cast<std::size_t>(kPrefillRoundsInTurn)) << row.dump();
+        const auto torchMs = (*torchRow)["prefill_in_turn_ms"].get<std::vector<double>>();
+        const auto rowMs = row["prefill_in_turn_ms"].get<std::vector<double>>();
+        for (std::size_t round = 0; round < inTurn.size(); ++round)
+            EXPECT_NEAR(inTurn[round], torchMs[round] / rowMs[round], 1e-9 * inTurn[round]) << round << row.dump();
+        static_assert(kPrefillRoundsInTurn % 2 == 1, "an odd count: the median is one round's ratio");
         std::vector<double> sorted = inTurn;
         std::sort(sorted.begin(), sorted.end());
-        for (const double ratio : sorted) EXPECT_GT(ratio, 0.0) << row.dump();
         EXPECT_EQ(row["prefill_of_torch_in_turn"].get<double>(), sorted[sorted.size() / 2]) << row.dump();
     }
     // Six shapes at one row and five (no lm_head) at the prompt's rows, for each of the four rows above;
@@ -169,6 +181,7 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
     // No torch row in the run: nothing to time in turn against.
     EXPECT_TRUE(k["rows"][0]["prefill_of_torch_in_turn"].is_null()) << k.dump();
     EXPECT_TRUE(k["rows"][0]["prefill_in_turn_of_torch"].empty()) << k.dump();
+    EXPECT_TRUE(k["rows"][0]["prefill_in_turn_ms"].empty()) << k.dump();
 }
 
 TEST(Cli, BenchNamesWhatTorchKernelsBf16ProductsRunOn) {
