@@ -13,8 +13,8 @@
 // The work is split into contiguous parts of [0, n), one per thread, as OpenMP's static schedule
 // does; the kernels split only along outputs, so the part boundaries never change a bit. Where the
 // caller asks for it, a thread done with its part takes what is left of another's, from its far end:
-// attention in a prefill, whose later queries see more keys (the second half of the (query, head)
-// pairs is ~3x the work of the first; 512-token prefill 204-208 -> 213-217 tok/s in bf16), and a
+// attention in a prefill, whose later queries see more keys (its caller now orders the rows so that
+// the halves cost alike, but two cores of a VM need not run at one speed), and a
 // decode step's linears, whose two halves stream from memory at rates that differ from call to call
 // (invariant_ops.cpp has the figures; on a Sapphire Rapids with two streams a thread they had
 // measured no faster for it). Whatever the call, a part whose thread has not started it when the
