@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <stdexcept>
 
 namespace kvscope {
 
@@ -237,6 +238,7 @@ struct Transformer::Span {
     torch::Tensor hidden;       // [S, start+S] bool, true = masked; undefined when S == 1
     kernels::RopeAngles angles; // invariant kernels: RoPE's cos and sin, once for every layer
     KvCache* cache = nullptr;   // appended to and read back; null: attend to the new rows only
+    int64_t lastLayerRows = 0;  // how many last rows the last layer takes past its K and V (all: S)
 };
 
 void Transformer::checkIds(const std::vector<int64_t>& ids) const {
@@ -273,13 +275,19 @@ torch::Tensor Transformer::forward(const std::vector<int64_t>& ids, KvCache& cac
                           .triu(start + 1);                                               // [S, T]
     span.cache = &cache;
     if (invariant()) span.angles = kernels::ropeAngles(invFreq_, start, S);
+    // Where only the last position's logits are read and no observer sees the ops, the invariant
+    // kernels let the last layer take its other rows only as far as their K and V: a row's bits do
+    // not depend on which rows share a call, so the cache and the logits are the same, for about
+    // 1/layers less work (a prefill of 512 tokens on a 24-layer model: ~4%). Torch kernels cannot:
+    // a product of one row rounds otherwise than the same row inside a GEMM.
+    span.lastLayerRows = invariant() && which == Logits::Last && observer == nullptr ? 1 : S;
 
     torch::Tensor tokens = torch::tensor(ids, torch::TensorOptions().dtype(torch::kInt64)).to(device_);  // [S]
     torch::Tensor x = torch::embedding(weights_.embed, tokens);                           // [S, H]
     observe(observer, -1, "embedding", x);
     x = blocks(x, span, observer);                                                        // [S, H]
     cache.commit(ids);
-    if (which == Logits::Last) x = x.narrow(0, S - 1, 1);                                 // [1, H]
+    if (which == Logits::Last) x = x.narrow(0, x.size(0) - 1, 1);                         // [1, H]
     return head(x, observer);                                                             // [S or 1, V]
 }
 
@@ -306,6 +314,7 @@ torch::Tensor Transformer::forwardPacked(const std::vector<int64_t>& ids,
     span.positions = torch::tensor(position, onDevice).to(device_).to(torch::kFloat32);   // [S]
     torch::Tensor later = torch::ones({S, S}, torch::TensorOptions().dtype(torch::kBool).device(device_)).triu(1);
     span.hidden = later.logical_or(seg.unsqueeze(1) != seg.unsqueeze(0));                 // [S, S]
+    span.lastLayerRows = S;
 
     torch::Tensor tokens = torch::tensor(ids, onDevice).to(device_);                      // [S]
     torch::Tensor x = torch::embedding(weights_.embed, tokens);                           // [S, H]
@@ -318,7 +327,9 @@ torch::Tensor Transformer::blocks(torch::Tensor x, const Span& span, ForwardObse
         // Pre-norm attention block with residual.
         torch::Tensor h = rmsNorm(x, lw.inputNorm);                                       // [S, H]
         observe(observer, l, "input_norm", h);
-        x = residual(x, attention(l, h, span, observer));                                 // [S, H]
+        // The rows that go on past this layer's K and V: all, but in the last layer Span::lastLayerRows.
+        const int64_t S = x.size(0), rows = l + 1 == config_.numLayers ? span.lastLayerRows : S;
+        x = residual(x.narrow(0, S - rows, rows), attention(l, h, span, rows, observer));  // [rows, H]
         observe(observer, l, "attn_residual", x);
         // Pre-norm MLP block with residual.
         h = rmsNorm(x, lw.postNorm);                                                      // [S, H]
@@ -348,11 +359,12 @@ torch::Tensor Transformer::head(torch::Tensor x, ForwardObserver* observer) cons
     return logits;
 }
 
-torch::Tensor Transformer::attention(int64_t l, const torch::Tensor& x, const Span& span,
+torch::Tensor Transformer::attention(int64_t l, const torch::Tensor& x, const Span& span, int64_t queries,
                                      ForwardObserver* observer) const {
-    if (invariant()) return invariantAttention(l, x, span, observer);
+    if (invariant()) return invariantAttention(l, x, span, queries, observer);
     const LayerWeights& lw = weights_.layers[l];
     const int64_t S = x.size(0), Q = config_.numHeads, KV = config_.numKvHeads, D = config_.headDim;
+    if (queries != S) throw std::logic_error("torch kernels compute every row (Span::lastLayerRows)");
     const int64_t G = Q / KV, T = span.start + S;
 
     // Projections: [S, H] -> [S, heads, D]. Kept as three products, like HF's three Linear modules:
@@ -406,14 +418,24 @@ torch::Tensor Transformer::attention(int64_t l, const torch::Tensor& x, const Sp
 
 // The same block on the batch-invariant kernels: the projections, norms and RoPE row by row, then
 // one fused attention per (query, head) over the cache (core/kernels/invariant.h gives the order),
-// so the op-level observer sees no separate scores or softmax.
-torch::Tensor Transformer::invariantAttention(int64_t l, const torch::Tensor& x, const Span& span,
+// so the op-level observer sees no separate scores or softmax. All S rows of x give their K and V;
+// the last `queries` of them (S, or fewer: Span::lastLayerRows) their queries and outputs.
+torch::Tensor Transformer::invariantAttention(int64_t l, const torch::Tensor& x, const Span& span, int64_t queries,
                                               ForwardObserver* observer) const {
     const LayerWeights& lw = weights_.layers[l];
     const int64_t S = x.size(0), Q = config_.numHeads, KV = config_.numKvHeads, D = config_.headDim;
-    const auto qkv = kernels::linears(x, {{lw.wq, lw.bq}, {lw.wk, lw.bk}, {lw.wv, lw.bv}}, x.scalar_type(),
-                                      kernels::bestIsa(), linearOrder());
-    torch::Tensor q = qkv[0].view({S, Q, D});                                             // [S, Q, D]
+    const int64_t first = S - queries;  // the first row that queries
+    const kernels::Isa isa = kernels::bestIsa();
+    const torch::ScalarType type = x.scalar_type();
+    std::vector<torch::Tensor> qkv;  // [queries, Q*D], [S, KV*D], [S, KV*D]
+    if (queries == S) {              // one call: the rows packed once for the three
+        qkv = kernels::linears(x, {{lw.wq, lw.bq}, {lw.wk, lw.bk}, {lw.wv, lw.bv}}, type, isa, linearOrder());
+    } else {
+        qkv = kernels::linears(x.narrow(0, first, queries), {{lw.wq, lw.bq}}, type, isa, linearOrder());
+        for (torch::Tensor& kv : kernels::linears(x, {{lw.wk, lw.bk}, {lw.wv, lw.bv}}, type, isa, linearOrder()))
+            qkv.push_back(std::move(kv));
+    }
+    torch::Tensor q = qkv[0].view({queries, Q, D});                                       // [queries, Q, D]
     torch::Tensor k = qkv[1].view({S, KV, D});                                            // [S, KV, D]
     torch::Tensor v = qkv[2].view({S, KV, D});                                            // [S, KV, D]
     observe(observer, l, "q_proj", q);
@@ -425,17 +447,18 @@ torch::Tensor Transformer::invariantAttention(int64_t l, const torch::Tensor& x,
         observe(observer, l, "q_norm", q);
         observe(observer, l, "k_norm", k);
     }
-    q = kernels::rope(q, span.angles);                                                    // [S, Q, D]
-    k = kernels::rope(k, span.angles).transpose(0, 1);                                    // [KV, S, D]
+    const kernels::RopeAngles& angles = span.angles;  // [S, D/2] each; the queries' are its last rows
+    q = kernels::rope(q, {angles.cosines.narrow(0, first, queries), angles.sines.narrow(0, first, queries)});
+    k = kernels::rope(k, angles).transpose(0, 1);                                         // [KV, S, D]
     v = v.transpose(0, 1);                                                                // [KV, S, D]
     observe(observer, l, "rope_q", q.transpose(0, 1), 1);
     observe(observer, l, "rope_k", k, 1);
     span.cache->write(l, k, v);
     const int64_t T = span.start + S;
-    torch::Tensor out =
-        kernels::attention(q, span.cache->keys(l, T), span.cache->values(l, T), span.start);  // [S, Q*D]
+    torch::Tensor out = kernels::attention(q, span.cache->keys(l, T), span.cache->values(l, T),
+                                           span.start + first);                           // [queries, Q*D]
     observe(observer, l, "attn_output", out);
-    torch::Tensor projected = project(out, lw.wo);                                        // [S, H]
+    torch::Tensor projected = project(out, lw.wo);                                        // [queries, H]
     observe(observer, l, "o_proj", projected);
     return projected;
 }

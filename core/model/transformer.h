@@ -100,8 +100,11 @@ private:
     torch::Tensor head(torch::Tensor x, ForwardObserver* observer) const;
     // x + block, the residual add: torch's, or the kernels' (the same bits, kernels::add)
     torch::Tensor residual(const torch::Tensor& x, const torch::Tensor& block) const;
-    torch::Tensor attention(int64_t layer, const torch::Tensor& x, const Span& span, ForwardObserver* observer) const;
-    torch::Tensor invariantAttention(int64_t layer, const torch::Tensor& x, const Span& span,
+    // The attention block of x's rows: the K and V of all of them into the cache, the queries and
+    // outputs of the last `queries` (all of them, but for Span::lastLayerRows on invariant kernels).
+    torch::Tensor attention(int64_t layer, const torch::Tensor& x, const Span& span, int64_t queries,
+                            ForwardObserver* observer) const;
+    torch::Tensor invariantAttention(int64_t layer, const torch::Tensor& x, const Span& span, int64_t queries,
                                      ForwardObserver* observer) const;
     torch::Tensor mlp(int64_t layer, const torch::Tensor& x, ForwardObserver* observer) const;
     torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const;

@@ -213,6 +213,40 @@ TEST_P(Constructions, ADecodeStepOnRowsEqualsTheObservedStep) {
         }
 }
 
+TEST_P(Constructions, OnlyTheLastLogitsLeaveTheSameCacheAndLogitsAsEveryRow) {
+    // Where a forward returns only the last position's logits and nobody observes it, the last layer
+    // takes its other rows only as far as their K and V (Transformer::forward's Span::lastLayerRows).
+    // It must leave the same cache and the same logits as the forward that computes every row (all
+    // logits, or an observer), from an empty cache and after one, in every invariant mode and dtype,
+    // on the wide model and on odd shapes.
+    struct CountOps : ForwardObserver {
+        int64_t ops = 0;
+        void onOp(int64_t, const char*, const torch::Tensor&, int64_t) override { ++ops; }
+    };
+    test::TempDir dir;
+    writeRandomCheckpoint(oddShapes(GetParam(), 5), dir.file("odd"));
+    const std::vector<int64_t> more = {3, 141, 59, 26, 53, 58, 97, 93, 23, 84, 62};
+    for (const std::string& model : {test::tinyModel(GetParam() + std::string("-wide")), dir.file("odd")})
+        for (const auto& [kernelsChoice, dtype] : kInvariantRuns) {
+            Numerics numerics;
+            numerics.kernels = kernelsChoice;
+            const Transformer m = Transformer::load(model, dtype, torch::kCPU, nullptr, numerics);
+            const std::string what = model + " " + dtypeName(dtype) + " " + kernelsName(kernelsChoice);
+            KvCache last = m.newCache(), every = m.newCache(), observed = m.newCache();
+            for (const std::vector<int64_t>& ids : {kPrompt, more}) {  // the second forward after a cache
+                CountOps counted;
+                const torch::Tensor lastOnly = m.forward(ids, last);                          // [1, V]
+                const torch::Tensor all = m.forward(ids, every, Logits::All);                 // [S, V]
+                const torch::Tensor seen = m.forward(ids, observed, Logits::Last, &counted);  // [1, V]
+                ASSERT_GT(counted.ops, 0);
+                EXPECT_TRUE(torch::equal(lastOnly[0], all[all.size(0) - 1])) << what;
+                EXPECT_TRUE(torch::equal(lastOnly, seen)) << what;
+                EXPECT_TRUE(sameBits(last, every)) << what;
+                EXPECT_TRUE(sameBits(last, observed)) << what;
+            }
+        }
+}
+
 TEST_P(Constructions, TheTileOrderIsAChoiceOfItsOwn) {
     // invariant-tiles computes a bf16 model's linears in another order than invariant: a model of
     // its own (fingerprint), close to the pair order's results, and in fp32 the same as invariant
