@@ -174,15 +174,17 @@ TEST_P(Constructions, InvariantKernelsAreBitExactOnOddShapes) {
     }
 }
 
+// An observer that only counts the ops it sees: a forward with one computes every row of every op.
+struct CountOps : ForwardObserver {
+    int64_t ops = 0;
+    void onOp(int64_t, const char*, const torch::Tensor&, int64_t) override { ++ops; }
+};
+
 TEST_P(Constructions, ADecodeStepOnRowsEqualsTheObservedStep) {
     // A decode step that nobody observes runs on rows (Transformer::decodeOnRows); one with an
     // observer, or on weights that are views, runs through blocks(), whose ops the locator reports.
     // Both must give the same logits and the same K and V, in every invariant mode and dtype, on the
     // wide model and on odd shapes.
-    struct CountOps : ForwardObserver {
-        int64_t ops = 0;
-        void onOp(int64_t, const char*, const torch::Tensor&, int64_t) override { ++ops; }
-    };
     test::TempDir dir;
     writeRandomCheckpoint(oddShapes(GetParam(), 3), dir.file("odd"));
     for (const std::string& model : {test::tinyModel(GetParam() + std::string("-wide")), dir.file("odd")})
@@ -219,10 +221,6 @@ TEST_P(Constructions, OnlyTheLastLogitsLeaveTheSameCacheAndLogitsAsEveryRow) {
     // It must leave the same cache and the same logits as the forward that computes every row (all
     // logits, or an observer), from an empty cache and after one, in every invariant mode and dtype,
     // on the wide model and on odd shapes.
-    struct CountOps : ForwardObserver {
-        int64_t ops = 0;
-        void onOp(int64_t, const char*, const torch::Tensor&, int64_t) override { ++ops; }
-    };
     test::TempDir dir;
     writeRandomCheckpoint(oddShapes(GetParam(), 5), dir.file("odd"));
     const std::vector<int64_t> more = {3, 141, 59, 26, 53, 58, 97, 93, 23, 84, 62};
