@@ -84,6 +84,8 @@ public:
 
     // Runs `ids` at positions [cache.length(), cache.length()+S) and appends their K/V to `cache`.
     // Returns fp32 logits: [1, vocab] for the last position, or [S, vocab] for all of them.
+    // (On invariant kernels, Logits::Last without an observer computes the last layer past its K and
+    // V for the last row only: the same cache and logits, less work.)
     torch::Tensor forward(const std::vector<int64_t>& ids, KvCache& cache, Logits which = Logits::Last,
                           ForwardObserver* observer = nullptr) const;
 
