@@ -278,8 +278,8 @@ torch::Tensor Transformer::forward(const std::vector<int64_t>& ids, KvCache& cac
     // Where only the last position's logits are read and no observer sees the ops, the invariant
     // kernels let the last layer take its other rows only as far as their K and V: a row's bits do
     // not depend on which rows share a call, so the cache and the logits are the same, for about
-    // 1/layers less work (a prefill of 512 tokens on a 24-layer model: ~4%). Torch kernels cannot:
-    // a product of one row rounds otherwise than the same row inside a GEMM.
+    // 1/layers less work (512-token bf16 prefills of a 24-layer model: 2.8-3.5% shorter). Torch
+    // kernels cannot: a product of one row rounds otherwise than the same row inside a GEMM.
     span.lastLayerRows = invariant() && which == Logits::Last && observer == nullptr ? 1 : S;
 
     torch::Tensor tokens = torch::tensor(ids, torch::TensorOptions().dtype(torch::kInt64)).to(device_);  // [S]
