@@ -238,7 +238,7 @@ struct Transformer::Span {
     torch::Tensor hidden;       // [S, start+S] bool, true = masked; undefined when S == 1
     kernels::RopeAngles angles; // invariant kernels: RoPE's cos and sin, once for every layer
     KvCache* cache = nullptr;   // appended to and read back; null: attend to the new rows only
-    int64_t lastLayerRows = 0;  // how many last rows the last layer takes past its K and V (all: S)
+    bool lastLayerOnLastRow = false;  // the last layer takes its other rows only to their K and V
 };
 
 void Transformer::checkIds(const std::vector<int64_t>& ids) const {
@@ -280,7 +280,7 @@ torch::Tensor Transformer::forward(const std::vector<int64_t>& ids, KvCache& cac
     // not depend on which rows share a call, so the cache and the logits are the same, for about
     // 1/layers less work (512-token bf16 prefills of a 24-layer model: 2.8-3.5% shorter). Torch
     // kernels cannot: a product of one row rounds otherwise than the same row inside a GEMM.
-    span.lastLayerRows = invariant() && which == Logits::Last && observer == nullptr ? 1 : S;
+    span.lastLayerOnLastRow = invariant() && which == Logits::Last && observer == nullptr;
 
     torch::Tensor tokens = torch::tensor(ids, torch::TensorOptions().dtype(torch::kInt64)).to(device_);  // [S]
     torch::Tensor x = torch::embedding(weights_.embed, tokens);                           // [S, H]
@@ -314,7 +314,6 @@ torch::Tensor Transformer::forwardPacked(const std::vector<int64_t>& ids,
     span.positions = torch::tensor(position, onDevice).to(device_).to(torch::kFloat32);   // [S]
     torch::Tensor later = torch::ones({S, S}, torch::TensorOptions().dtype(torch::kBool).device(device_)).triu(1);
     span.hidden = later.logical_or(seg.unsqueeze(1) != seg.unsqueeze(0));                 // [S, S]
-    span.lastLayerRows = S;
 
     torch::Tensor tokens = torch::tensor(ids, onDevice).to(device_);                      // [S]
     torch::Tensor x = torch::embedding(weights_.embed, tokens);                           // [S, H]
@@ -327,8 +326,8 @@ torch::Tensor Transformer::blocks(torch::Tensor x, const Span& span, ForwardObse
         // Pre-norm attention block with residual.
         torch::Tensor h = rmsNorm(x, lw.inputNorm);                                       // [S, H]
         observe(observer, l, "input_norm", h);
-        // The rows that go on past this layer's K and V: all, but in the last layer Span::lastLayerRows.
-        const int64_t S = x.size(0), rows = l + 1 == config_.numLayers ? span.lastLayerRows : S;
+        // The rows that go on past this layer's K and V: all, or the last (Span::lastLayerOnLastRow).
+        const int64_t S = x.size(0), rows = l + 1 == config_.numLayers && span.lastLayerOnLastRow ? 1 : S;
         x = residual(x.narrow(0, S - rows, rows), attention(l, h, span, rows, observer));  // [rows, H]
         observe(observer, l, "attn_residual", x);
         // Pre-norm MLP block with residual.
@@ -364,7 +363,7 @@ torch::Tensor Transformer::attention(int64_t l, const torch::Tensor& x, const Sp
     if (invariant()) return invariantAttention(l, x, span, queries, observer);
     const LayerWeights& lw = weights_.layers[l];
     const int64_t S = x.size(0), Q = config_.numHeads, KV = config_.numKvHeads, D = config_.headDim;
-    if (queries != S) throw std::logic_error("torch kernels compute every row (Span::lastLayerRows)");
+    if (queries != S) throw std::logic_error("torch kernels compute every row (Span::lastLayerOnLastRow)");
     const int64_t G = Q / KV, T = span.start + S;
 
     // Projections: [S, H] -> [S, heads, D]. Kept as three products, like HF's three Linear modules:
@@ -419,7 +418,7 @@ torch::Tensor Transformer::attention(int64_t l, const torch::Tensor& x, const Sp
 // The same block on the batch-invariant kernels: the projections, norms and RoPE row by row, then
 // one fused attention per (query, head) over the cache (core/kernels/invariant.h gives the order),
 // so the op-level observer sees no separate scores or softmax. All S rows of x give their K and V;
-// the last `queries` of them (S, or fewer: Span::lastLayerRows) their queries and outputs.
+// the last `queries` of them (S, or 1: Span::lastLayerOnLastRow) their queries and outputs.
 torch::Tensor Transformer::invariantAttention(int64_t l, const torch::Tensor& x, const Span& span, int64_t queries,
                                               ForwardObserver* observer) const {
     const LayerWeights& lw = weights_.layers[l];

@@ -103,7 +103,7 @@ private:
     // x + block, the residual add: torch's, or the kernels' (the same bits, kernels::add)
     torch::Tensor residual(const torch::Tensor& x, const torch::Tensor& block) const;
     // The attention block of x's rows: the K and V of all of them into the cache, the queries and
-    // outputs of the last `queries` (all of them, but for Span::lastLayerRows on invariant kernels).
+    // outputs of the last `queries` (all of them, but for Span::lastLayerOnLastRow on invariant kernels).
     torch::Tensor attention(int64_t layer, const torch::Tensor& x, const Span& span, int64_t queries,
                             ForwardObserver* observer) const;
     torch::Tensor invariantAttention(int64_t layer, const torch::Tensor& x, const Span& span, int64_t queries,
