@@ -91,6 +91,8 @@ nlohmann::json reportToJson(const BenchReport& r) {
             {"cpu_features", r.cpuFeatures},
             {"invariant_kernel_path", r.kernelPath},
             {"invariant_prefill_pair_path", r.prefillPairPath},
+            {"invariant_decode_fetch_bytes",
+             r.decodeFetchBytes >= 0 ? nlohmann::json(r.decodeFetchBytes) : nlohmann::json(nullptr)},
             {"torch_onednn_isa", orNull(r.torchOneDnn.name)},
             {"torch_onednn_isa_cap", orNull(r.torchOneDnn.cap)},
             {"read_bandwidth_gb_per_s", r.readBandwidthBytesPerSecond / 1e9},
@@ -134,14 +136,20 @@ void printPrefillsInTurn(const BenchReport& r) {
     }
 }
 
+// How a decode row's weights are fetched on the AVX-512 paths (kernels::decodeFetchBytes).
+std::string decodeFetchText(int64_t bytes) {
+    if (bytes < 0) return "";
+    if (bytes == 0) return "; decode weights: the hardware prefetcher alone";
+    return "; decode weights fetched " + std::to_string(bytes) + " bytes ahead into L2";
+}
+
 void printReport(const BenchReport& r) {
     const std::string prefillPath =
         r.prefillPairPath == r.kernelPath ? "" : "; a bf16 prefill's linears: " + r.prefillPairPath + " path (FMAs)";
-    std::printf(
-        "model: %s\nlibtorch: %s\ncpu: %s\ntorch kernels' bf16 products: oneDNN %s\n"
-        "invariant kernels: %s path%s\nthreads: %d\n",
-        r.modelDir.c_str(), r.libtorch.c_str(), r.cpuFeatures.c_str(), oneDnnLine(r.torchOneDnn).c_str(),
-        r.kernelPath.c_str(), prefillPath.c_str(), r.threads);
+    std::printf("model: %s\nlibtorch: %s\ncpu: %s\ntorch kernels' bf16 products: oneDNN %s\n", r.modelDir.c_str(),
+                r.libtorch.c_str(), r.cpuFeatures.c_str(), oneDnnLine(r.torchOneDnn).c_str());
+    std::printf("invariant kernels: %s path%s%s\nthreads: %d\n", r.kernelPath.c_str(), prefillPath.c_str(),
+                decodeFetchText(r.decodeFetchBytes).c_str(), r.threads);
     const int triadPasses = kFirstBandwidthPasses + kLaterBandwidthPasses * static_cast<int>(r.rows.size() + 1);
     std::printf(
         "bandwidth: read %.1f GB/s (vectorised, %d threads, 1, 2 or 4 streams a thread, best of %d passes: %d first, "

@@ -494,6 +494,8 @@ BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const s
     report.cpuFeatures = cpuVectorFeatures();
     report.kernelPath = kernels::isaName(kernels::bestIsa());
     report.prefillPairPath = kernels::isaName(kernels::pairsPathForRows(kernels::bestIsa(), o.promptTokens));
+    if (kernels::bestIsa() == kernels::Isa::Avx512 || kernels::bestIsa() == kernels::Isa::Avx512Bf16)
+        report.decodeFetchBytes = kernels::decodeFetchBytes();
     report.torchOneDnn = torchOneDnnIsa();
     report.lastLevelCacheBytes = lastLevelCacheBytes();
     report.bandwidthArrayBytes = streamArrayBytes(report.lastLevelCacheBytes, physicalMemoryBytes());

@@ -84,6 +84,9 @@ struct BenchReport {
     std::string cpuFeatures;             // the vector extensions that decide kernels (and bits)
     std::string kernelPath;              // the invariant kernels' instruction set here
     std::string prefillPairPath;         // theirs for a bf16 prefill's linears (kernels::pairsPathForRows)
+    // How far ahead a decode row's weights are fetched into L2 (kernels::decodeFetchBytes), on the
+    // AVX-512 paths; -1 on the others, which fetch in their own way.
+    int64_t decodeFetchBytes = -1;
     OneDnnIsa torchOneDnn;               // what torch kernels' bf16 products run on (AMX or not)
     // Best of every pass of the run (kFirstBandwidthPasses first, kLaterBandwidthPasses before each
     // row and at the end, and the read passes between each row's decode runs), so that the bound is

@@ -91,6 +91,12 @@ void linearTiles(TilePath path, const uint16_t* x, int64_t rows, int64_t in, con
 // The bytes of weight panels a many-row linear keeps at once (invariant_impl.h's panelLinear): 5/8
 // of this CPU's L2 cache (1 MiB where the C library does not say), leaving the rest to the rows.
 int64_t cacheBytesForPanels();
+// How far ahead of its reads (bytes) a decode row's weights are fetched into L2 on the AVX-512
+// paths, which read them as one stream a thread: 8 KiB on Intel CPUs, 0 (the hardware prefetcher
+// alone) elsewhere. KVSCOPE_DECODE_FETCH_BYTES=N sets it, to measure another distance (`kvscope
+// bench`); fetching changes speed only, never the bits. Throws std::invalid_argument where that
+// variable is not a whole number of bytes in [0, 1 MiB].
+int64_t decodeFetchBytes();
 // Whether `linear` over this many rows packs its weights into fp32 panels itself (the AVX2 path's
 // outer-product form, invariant_impl.h), so that widening bf16 weights beforehand only costs time.
 bool widensWeightsItself(Isa isa, int64_t rows);

@@ -24,12 +24,15 @@ struct NativePairs {
 
 struct Avx512Vec {
     // 32 registers: a 4 x 4 tile holds 16 accumulators + 4 x rows + the weight rows being loaded.
-    // A decode row takes one weight row at a time, in either order, with no fetching of its own: a
-    // thread then reads its weights in address order, one stream that the hardware prefetcher runs
-    // ahead of by itself, and out-of-order execution overlaps the next rows' chains (a row's sum is
-    // one chain of dependent steps: 28 VDPBF16PS for 896 inputs in bf16). Measured on a 2-core Zen
-    // 4 VM, weights on 2 MiB pages (util/huge_pages.h), rounds of a read pass then a step's linears
-    // alone (all 24 layers and the lm_head), the variants interleaved in one process. bf16, 2
+    // A decode row takes one weight row at a time, in either order, with no tile fetching the next
+    // one's rows: a thread then reads its weights in address order, one stream, and out-of-order
+    // execution overlaps the next rows' chains (a row's sum is one chain of dependent steps: 28
+    // VDPBF16PS for 896 inputs in bf16). On Intel CPUs that stream is also fetched into L2 a fixed
+    // distance ahead (kernels::decodeFetchBytes: on an Emerald Rapids VM the hardware prefetcher alone
+    // left a bf16 decode at 57-61% of the bound, 79-85% with it); on AMD ones the hardware prefetcher
+    // runs ahead of it alone, as measured on a 2-core Zen 4 VM, weights on 2 MiB pages
+    // (util/huge_pages.h), rounds of a read pass then a step's linears alone (all 24 layers and the
+    // lm_head), the variants interleaved in one process. bf16, 2
     // threads: 51.7 and 57.1 GB/s (medians over two runs' rounds whose pass read over 45 GB/s, 58.8
     // and 61.1) against 43.0 and 49.1 with four rows a tile, each tile fetching the next one's rows
     // (what it was), 45.1 and 46.8 with one row and its fetches; 31.9 / 35.4 against 30.3 / 34.9 in

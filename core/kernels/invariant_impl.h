@@ -136,14 +136,14 @@ struct PairSteps {
 constexpr int64_t kPrefetchIntoL1Bytes = 16 << 10;
 
 // out[r * C + c] = dot(x[r], w[c]) over n elements, R x C dot products sharing each load, in the
-// order of Steps. With `prefetch`, the C * n elements from there are fetched towards the cache along
-// the way, at the pace the tile reads its own (a decode step's next weight rows, where a tile reads
-// several side by side: each is too short a stream for the hardware prefetcher to ramp up, which
-// halved the bandwidth from memory).
+// order of Steps. With `prefetch`, the C * n elements from there are fetched towards the cache (into
+// L1 or only into L2) along the way, at the pace the tile reads its own: a decode step's next weight
+// rows, where a tile reads several side by side (each is too short a stream for the hardware
+// prefetcher to ramp up, which halved the bandwidth from memory), or the weights a fixed distance
+// ahead of a single row's (decodeFetchBytes).
 template <typename V, int R, int C, typename Steps, typename XElement, typename WElement>
 void dotTile(const XElement* const* x, const WElement* const* w, int64_t n, float* out,
-             const WElement* prefetch = nullptr) {
-    const bool prefetchIntoL1 = C * n * static_cast<int64_t>(sizeof(WElement)) <= kPrefetchIntoL1Bytes;
+             const WElement* prefetch = nullptr, bool prefetchIntoL1 = false) {
     // The R x C accumulators must live in registers: every loop over them is unrolled (GCC keeps
     // an array indexed in a loop on the stack at -O2, a load and store around every FMA).
     V acc[R][C];
@@ -189,7 +189,9 @@ void dotTile(const XElement* const* x, const WElement* const* w, int64_t n, floa
 // A single row (a decode step) reads each weight once, from memory: there the outputs are taken as
 // V::kDecodeStreams interleaved runs of tiles, so that each thread keeps that many sequential streams
 // in flight, and with FetchAhead each tile fetches the next one's weights as it goes (the
-// instruction-set files say what each path measured best with).
+// instruction-set files say what each path measured best with). Without FetchAhead, one stream of
+// one row a tile fetches the weights decodeFetchBytes() ahead of its reads into L2, where this CPU
+// takes that (invariant.h).
 template <typename V, int R, int C, typename Steps, bool FetchAhead = true, typename XElement, typename Element>
 void linearTiles(const XElement* x, int64_t rows, int64_t in, const Element* w, float* y, int64_t yStride, int64_t o0,
                  int64_t o1) {
@@ -197,6 +199,12 @@ void linearTiles(const XElement* x, int64_t rows, int64_t in, const Element* w, 
     const int64_t tiles = (o1 - o0 + C - 1) / C;
     const int64_t streams = rows == 1 ? smaller(V::kDecodeStreams, tiles) : 1;
     const int64_t tilesPerStream = (tiles + streams - 1) / streams;
+    // A single stream of single rows reads [o0, o1)'s weights in address order: the distance is the
+    // same in every tile, and fetching stops where the part ends.
+    const int64_t ahead = !FetchAhead && rows == 1 && C == 1 && streams == 1
+                              ? decodeFetchBytes() / static_cast<int64_t>(sizeof(Element))
+                              : 0;
+    const bool nextIntoL1 = C * in * static_cast<int64_t>(sizeof(Element)) <= kPrefetchIntoL1Bytes;
     for (int64_t rb = 0; rb < rows; rb += kRowBlock) {
         const int64_t rowEnd = smaller(rows, rb + kRowBlock);
         for (int64_t k = 0; k < tilesPerStream * streams; ++k) {  // tile k / streams of each stream
@@ -208,11 +216,12 @@ void linearTiles(const XElement* x, int64_t rows, int64_t in, const Element* w, 
             // Rows are contiguous: the stream's next tile reads the weights after this one's. Only
             // a single row fetches them ahead (more rows reuse them from the cache).
             const Element* next = FetchAhead && rows == 1 && o + 2 * C <= streamEnd ? w + (o + C) * in : nullptr;
+            if (ahead > 0 && (o + 1) * in + ahead <= o1 * in) next = wp[0] + ahead;
             for (int64_t r = rb; r < rowEnd; r += R) {
                 const XElement* xp[R];
                 for (int j = 0; j < R; ++j) xp[j] = x + smaller(r + j, rowEnd - 1) * in;
                 float tile[R * C];
-                dotTile<V, R, C, Steps>(xp, wp, in, tile, next);
+                dotTile<V, R, C, Steps>(xp, wp, in, tile, next, ahead == 0 && nextIntoL1);
                 for (int j = 0; j < R && r + j < rowEnd; ++j)
                     for (int c = 0; c < C && o + c < o1; ++c) y[(r + j) * yStride + o + c] = tile[j * C + c];
             }

@@ -34,6 +34,15 @@ torch::Tensor repeatKv(const torch::Tensor& x, int64_t G) {
     if (G == 1) return x.contiguous();
     return x.unsqueeze(1).expand({x.size(0), G, x.size(1), x.size(2)}).reshape({x.size(0) * G, x.size(1), x.size(2)});
 }
+// KVSCOPE_DECODE_FETCH_BYTES is read once, by the first decode step; a bad value is reported when
+// the model is made, not in the middle of a generation.
+void checkDecodeFetchSetting() {
+    try {
+        kernels::decodeFetchBytes();
+    } catch (const std::invalid_argument& e) {
+        throw UsageError(e.what());
+    }
+}
 }  // namespace
 
 // ---- small pieces ------------------------------------------------------------------------------
@@ -120,6 +129,7 @@ Transformer::Transformer(ModelConfig config, Weights weights, torch::ScalarType 
             "--kernels invariant runs on the CPU only (its kernels are kvscope's own C++); use --device cpu");
     if (invariant() && numerics_.matrixVectorDecode)
         throw UsageError("--decode-kernel mv applies to --kernels torch only (invariant kernels have one decode path)");
+    if (invariant()) checkDecodeFetchSetting();
     invFreq_ = ropeInverseFrequencies(config_).to(device_);
     decodesOnRows_ = invariant() && weightsFitRowDecode();
 }

@@ -227,6 +227,27 @@ TEST_F(CacheCli, InvariantKernelsRebuildTheLiveCacheAndCommandsTakeThemFromTheCa
     EXPECT_NE(cuda.err.find("cuda"), std::string::npos) << cuda.err;
 }
 
+TEST_F(CacheCli, FetchingDecodeWeightsAheadChangesNoBit) {
+    // KVSCOPE_DECODE_FETCH_BYTES moves the AVX-512 paths' fetches of a decode row's weights (0: none;
+    // 64: the next line, which this small model's rows reach); the live cache, built by decode rows,
+    // is the same. Elsewhere the setting is read and checked, and unused.
+    const std::string build = "cache build --model " + model +
+                              " --prompt-ids 5,6,7,8,9 --generate 24 --construction live --dtype bf16 --kernels "
+                              "invariant --out ";
+    ASSERT_EQ(runCli(build + f("fetch-none"), "KVSCOPE_DECODE_FETCH_BYTES=0").exitCode, 0);
+    ASSERT_EQ(runCli(build + f("fetch-next-line"), "KVSCOPE_DECODE_FETCH_BYTES=64").exitCode, 0);
+    EXPECT_EQ(json("cache diff " + f("fetch-none") + " " + f("fetch-next-line") + " --json")["bit_exact"], true);
+    // A setting that is not a byte count is refused by name, before anything is written.
+    for (const char* bad : {"8k", "-1", "1048577", "99999999999999999999"}) {
+        const auto refused = runCli(build + f("fetch-bad"), std::string("KVSCOPE_DECODE_FETCH_BYTES=") + bad);
+        EXPECT_EQ(refused.exitCode, 2) << bad << refused.err;
+        EXPECT_NE(refused.err.find(std::string("KVSCOPE_DECODE_FETCH_BYTES='") + bad + "'"), std::string::npos)
+            << refused.err;
+        EXPECT_NE(refused.err.find("0 to 1048576"), std::string::npos) << refused.err;
+        EXPECT_FALSE(std::filesystem::exists(dir->file("fetch-bad.safetensors"))) << bad;
+    }
+}
+
 TEST_F(CacheCli, TheTileOrderRebuildsItsLiveCacheAndIsTakenFromTheCache) {
     // --kernels invariant-tiles: the same remedy with a bf16 model's linears in the tile order (on AMX
     // where the CPU lends it); a cache records it, commands take it from the cache, and a cache of

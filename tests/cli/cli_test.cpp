@@ -184,6 +184,27 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
     EXPECT_TRUE(k["rows"][0]["prefill_in_turn_ms"].empty()) << k.dump();
 }
 
+TEST(Cli, BenchSaysHowDecodeWeightsAreFetched) {
+    // On the AVX-512 paths a decode row's weights are fetched kernels::decodeFetchBytes() ahead
+    // (KVSCOPE_DECODE_FETCH_BYTES sets it); the other paths fetch in their own way: null.
+    const kernels::Isa isa = kernels::bestIsa();
+    const bool oneStream = isa == kernels::Isa::Avx512 || isa == kernels::Isa::Avx512Bf16;
+    const std::string args = "bench --model " + model() +
+                             " --prompt-tokens 4 --decode-tokens 1 --rebuild-tokens 1 --dtypes fp32 --kernels "
+                             "invariant --no-kernel-figures";
+    const auto r = runCli(args + " --json", "KVSCOPE_DECODE_FETCH_BYTES=4096");
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    const auto fetch = nlohmann::json::parse(r.out)["invariant_decode_fetch_bytes"];
+    if (oneStream)
+        EXPECT_EQ(fetch, 4096);
+    else
+        EXPECT_TRUE(fetch.is_null()) << fetch;
+    const auto text = runCli(args, "KVSCOPE_DECODE_FETCH_BYTES=0");
+    ASSERT_EQ(text.exitCode, 0) << text.err;
+    EXPECT_EQ(text.out.find("decode weights: the hardware prefetcher alone") != std::string::npos, oneStream)
+        << text.out;
+}
+
 TEST(Cli, BenchNamesWhatTorchKernelsBf16ProductsRunOn) {
     EXPECT_EQ(oneDnnIsaName(0x3e7), "avx512_core_amx");  // oneDNN 2.x
     EXPECT_EQ(oneDnnIsaName(0xfef), "avx512_core_amx");  // 3.x
