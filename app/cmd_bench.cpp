@@ -95,6 +95,7 @@ nlohmann::json reportToJson(const BenchReport& r) {
              r.decodeFetchBytes >= 0 ? nlohmann::json(r.decodeFetchBytes) : nlohmann::json(nullptr)},
             {"torch_onednn_isa", orNull(r.torchOneDnn.name)},
             {"torch_onednn_isa_cap", orNull(r.torchOneDnn.cap)},
+            {"torch_openblas_core", orNull(r.torchOpenBlas.name)},
             {"read_bandwidth_gb_per_s", r.readBandwidthBytesPerSecond / 1e9},
             {"triad_bandwidth_gb_per_s", r.triadBandwidthBytesPerSecond / 1e9},
             {"bound_bandwidth_gb_per_s", r.boundBandwidthBytesPerSecond / 1e9},
@@ -136,6 +137,17 @@ void printPrefillsInTurn(const BenchReport& r) {
     }
 }
 
+// What torch kernels' fp32 products run on where OpenBLAS does them, with a hint where it fell back
+// to SSE kernels on a CPU it does not know; nothing where no OpenBLAS is loaded.
+void printOpenBlasLine(const OpenBlasCore& core) {
+    if (core.name.empty()) return;
+    std::printf("torch kernels' fp32 products: OpenBLAS %s", core.name.c_str());
+    if (core.sseOnly && !core.faster.empty())
+        std::printf(" (SSE kernels: this OpenBLAS does not know this CPU; OPENBLAS_CORETYPE=%s runs its %s ones)",
+                    core.faster.c_str(), core.faster == "SkylakeX" ? "AVX-512" : "AVX2");
+    std::printf("\n");
+}
+
 // How a decode row's weights are fetched on the AVX-512 paths (kernels::decodeFetchBytes).
 std::string decodeFetchText(int64_t bytes) {
     if (bytes < 0) return "";
@@ -148,6 +160,7 @@ void printReport(const BenchReport& r) {
         r.prefillPairPath == r.kernelPath ? "" : "; a bf16 prefill's linears: " + r.prefillPairPath + " path (FMAs)";
     std::printf("model: %s\nlibtorch: %s\ncpu: %s\ntorch kernels' bf16 products: oneDNN %s\n", r.modelDir.c_str(),
                 r.libtorch.c_str(), r.cpuFeatures.c_str(), oneDnnLine(r.torchOneDnn).c_str());
+    printOpenBlasLine(r.torchOpenBlas);
     std::printf("invariant kernels: %s path%s%s\nthreads: %d\n", r.kernelPath.c_str(), prefillPath.c_str(),
                 decodeFetchText(r.decodeFetchBytes).c_str(), r.threads);
     const int triadPasses = kFirstBandwidthPasses + kLaterBandwidthPasses * static_cast<int>(r.rows.size() + 1);

@@ -497,6 +497,7 @@ BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const s
     if (kernels::bestIsa() == kernels::Isa::Avx512 || kernels::bestIsa() == kernels::Isa::Avx512Bf16)
         report.decodeFetchBytes = kernels::decodeFetchBytes();
     report.torchOneDnn = torchOneDnnIsa();
+    report.torchOpenBlas = torchOpenBlasCore();
     report.lastLevelCacheBytes = lastLevelCacheBytes();
     report.bandwidthArrayBytes = streamArrayBytes(report.lastLevelCacheBytes, physicalMemoryBytes());
     report.transparentHugePages = transparentHugePagesMode();

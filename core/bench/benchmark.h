@@ -88,6 +88,7 @@ struct BenchReport {
     // AVX-512 paths; -1 on the others, which fetch in their own way.
     int64_t decodeFetchBytes = -1;
     OneDnnIsa torchOneDnn;               // what torch kernels' bf16 products run on (AMX or not)
+    OpenBlasCore torchOpenBlas;          // what their fp32 products run on, where OpenBLAS does them
     // Best of every pass of the run (kFirstBandwidthPasses first, kLaterBandwidthPasses before each
     // row and at the end, and the read passes between each row's decode runs), so that the bound is
     // a ceiling over the time the rows ran in.

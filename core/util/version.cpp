@@ -87,4 +87,28 @@ OneDnnIsa torchOneDnnIsa() {
     return found;
 }
 
+OpenBlasCore openBlasCoreOf(const std::string& name, bool avx512, bool avx2) {
+    OpenBlasCore core{name, false, {}};
+    for (const char* sse : {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom"})
+        if (name == sse) core.sseOnly = true;
+    if (core.sseOnly) core.faster = avx512 ? "SkylakeX" : avx2 ? "Haswell" : "";
+    return core;
+}
+
+OpenBlasCore torchOpenBlasCore() {
+    // Looked up in the process, not linked: a pip wheel's libtorch brings MKL instead.
+    using CoreName = char* (*)();
+    auto* coreName = reinterpret_cast<CoreName>(::dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+    const char* name = coreName ? coreName() : nullptr;
+    if (!name) return {};
+#if defined(__x86_64__) || defined(__i386__)
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    const bool avx512 = false, avx2 = false;
+#endif
+    return openBlasCoreOf(name, avx512, avx2);
+}
+
 }  // namespace kvscope

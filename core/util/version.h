@@ -21,4 +21,18 @@ OneDnnIsa torchOneDnnIsa();
 // oneDNN's dnnl_cpu_isa_t value as its name. Values of both generations: AMX is 0x3e7 in oneDNN
 // 2.x (Debian 12's libdnnl.so.2) and 0xfef in 3.x; values this does not know come back in hex.
 std::string oneDnnIsaName(unsigned isa);
+
+// OpenBLAS runs Debian's libtorch's fp32 matrix products, with the kernel set it picked for this CPU
+// at load time. An OpenBLAS older than the CPU does not know it and falls back to SSE3 kernels:
+// Debian 12's 0.3.21 picks "Prescott" on an Emerald Rapids, where a torch-kernel fp32 prefill (512
+// tokens of the Qwen2.5-0.5B shape, 2 threads) ran at 76 tok/s, and at 261 with
+// OPENBLAS_CORETYPE=SkylakeX, which picks another.
+struct OpenBlasCore {
+    std::string name;         // "SkylakeX", "Haswell", "Prescott", ...; empty where no OpenBLAS is loaded
+    bool sseOnly = false;     // a kernel set of SSE alone (Prescott, Core2, Penryn, Dunnington, Nehalem, Atom)
+    std::string faster;       // where sseOnly and this CPU has more: the OPENBLAS_CORETYPE that uses it
+};
+OpenBlasCore torchOpenBlasCore();
+// The same from a core name and this CPU's features, for tests.
+OpenBlasCore openBlasCoreOf(const std::string& name, bool avx512, bool avx2);
 }  // namespace kvscope

@@ -226,6 +226,36 @@ TEST(Cli, BenchNamesWhatTorchKernelsBf16ProductsRunOn) {
     }
 }
 
+TEST(Cli, BenchNamesWhatTorchKernelsFp32ProductsRunOn) {
+    // An SSE kernel set on a CPU with more gets the OPENBLAS_CORETYPE of its widest one.
+    EXPECT_EQ(openBlasCoreOf("Prescott", true, true).faster, "SkylakeX");
+    EXPECT_EQ(openBlasCoreOf("Nehalem", false, true).faster, "Haswell");
+    EXPECT_TRUE(openBlasCoreOf("Prescott", false, false).sseOnly);
+    EXPECT_EQ(openBlasCoreOf("Prescott", false, false).faster, "");
+    EXPECT_FALSE(openBlasCoreOf("SkylakeX", true, true).sseOnly);
+    EXPECT_EQ(openBlasCoreOf("Haswell", true, true).faster, "");
+    // What OpenBLAS itself says in the bench's process (forced to Prescott here), where this libtorch
+    // has OpenBLAS (Debian's); nothing where it has not (a pip wheel's: MKL).
+    const std::string args = "bench --model " + model() +
+                             " --prompt-tokens 4 --decode-tokens 1 --rebuild-tokens 1 --dtypes fp32 --kernels "
+                             "invariant --no-kernel-figures";
+    const auto r = runCli(args + " --json", "OPENBLAS_CORETYPE=Prescott");
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    const auto core = nlohmann::json::parse(r.out)["torch_openblas_core"];
+    const bool openBlas = !torchOpenBlasCore().name.empty();  // this process has the same libtorch
+    if (openBlas)
+        EXPECT_EQ(core, "Prescott");
+    else
+        EXPECT_TRUE(core.is_null()) << core;
+    const auto text = runCli(args, "OPENBLAS_CORETYPE=Prescott");
+    ASSERT_EQ(text.exitCode, 0) << text.err;
+    const bool avx2 = cpuVectorFeatures().find("avx2") != std::string::npos;
+    EXPECT_EQ(text.out.find("torch kernels' fp32 products: OpenBLAS Prescott (SSE kernels: this OpenBLAS does not "
+                            "know this CPU; OPENBLAS_CORETYPE=") != std::string::npos,
+              openBlas && avx2)
+        << text.out;
+}
+
 TEST(Cli, GenerateJsonHasTheDocumentedKeys) {
     auto r = runCli("generate --model " + model() + " --prompt 'The model thinks' --max-new-tokens 6 --json");
     ASSERT_EQ(r.exitCode, 0) << r.err;
