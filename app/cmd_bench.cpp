@@ -37,6 +37,9 @@ std::optional<double> fractionOfPeak(const BenchReport& r, const KernelRow& k) {
 // An empty string as JSON null (a path or name that does not apply, or that this build cannot tell).
 nlohmann::json orNull(const std::string& s) { return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s); }
 
+// A figure that is 0 where it does not apply, as JSON null there.
+nlohmann::json positiveOrNull(double value) { return value > 0 ? nlohmann::json(value) : nlohmann::json(nullptr); }
+
 std::vector<double> milliseconds(const std::vector<double>& seconds) {
     std::vector<double> out;
     for (const double s : seconds) out.push_back(1e3 * s);
@@ -55,6 +58,8 @@ nlohmann::json reportToJson(const BenchReport& r) {
               row.prefillInTurnOfTorch.empty() ? nlohmann::json(nullptr) : nlohmann::json(row.prefillOfTorchInTurn)},
              {"prefill_in_turn_of_torch", row.prefillInTurnOfTorch},
              {"prefill_in_turn_ms", milliseconds(row.prefillInTurnSeconds)},
+             {"prefill_linears_at_compute_line_ms", positiveOrNull(1e3 * row.prefillLinearsAtComputeLineSeconds)},
+             {"prefill_ceiling_of_torch_in_turn", positiveOrNull(row.prefillCeilingOfTorchInTurn)},
              {"decode_tokens_per_s", row.decodeTokensPerSecond},
              {"decode_mv_tokens_per_s", row.decodeMatrixVectorTokensPerSecond},
              {"rebuild_tokens_per_s", row.rebuildTokensPerSecond},
@@ -132,8 +137,12 @@ void printPrefillsInTurn(const BenchReport& r) {
             std::snprintf(figure, sizeof figure, "%s%.1f%%", rounds.empty() ? "" : " ", 100.0 * ratio);
             rounds += figure;
         }
-        std::printf("  %-5s %-15s %6.1f%%  (%s)\n", row.dtype.c_str(), row.kernels.c_str(),
+        std::printf("  %-5s %-15s %6.1f%%  (%s)", row.dtype.c_str(), row.kernels.c_str(),
                     100.0 * row.prefillOfTorchInTurn, rounds.c_str());
+        if (row.prefillCeilingOfTorchInTurn > 0)
+            std::printf("; at most %.1f%%: its linears' multiply-adds alone take %.0f ms at the compute line",
+                        100.0 * row.prefillCeilingOfTorchInTurn, 1e3 * row.prefillLinearsAtComputeLineSeconds);
+        std::printf("\n");
     }
 }
 

@@ -469,6 +469,29 @@ double timedPrefill(const Transformer& model, const std::vector<int64_t>& prompt
     return secondsSince(t0);
 }
 
+double prefillLinearFlops(const ModelConfig& c, int64_t rows, bool lastLayerOnLastRow) {
+    const double hidden = static_cast<double>(c.hiddenSize), mlp = static_cast<double>(c.intermediateSize);
+    const double queries = static_cast<double>(c.numHeads * c.headDim),
+                 kv = static_cast<double>(c.numKvHeads * c.headDim);
+    const double keysValues = 2 * hidden * kv;                         // k_proj, v_proj: a row's multiply-adds
+    const double rest = 2 * hidden * queries + 3 * hidden * mlp;       // q_proj, o_proj, gate, up, down
+    const double layer = static_cast<double>(rows) * (keysValues + rest);
+    const double last = lastLayerOnLastRow ? static_cast<double>(rows) * keysValues + rest : layer;
+    return 2 * (static_cast<double>(c.numLayers - 1) * layer + last + hidden * static_cast<double>(c.vocabSize));
+}
+
+namespace {
+// BenchRow::prefillLinearsAtComputeLineSeconds for `model`: the pair order's rate where a bf16
+// prefill's linears take VDPBF16PS, the FMAs' otherwise (fp32, or the pair order by FMAs).
+double linearsAtComputeLine(const BenchReport& r, const Transformer& model, int64_t rows) {
+    const Kernels kernels = model.numerics().kernels;
+    const bool bf16 = model.dtype() == torch::kBFloat16;
+    if (kernels == Kernels::Torch || (bf16 && kernels == Kernels::InvariantTiles)) return 0;
+    const double rate = bf16 && r.prefillPairPath == r.kernelPath ? r.pairFlopsPerSecond : r.laneFlopsPerSecond;
+    return rate > 0 ? prefillLinearFlops(model.config(), rows, true) / rate : 0;
+}
+}  // namespace
+
 // rows[i]'s prefill against torch kernels' (models[torchAt]) in turn (BenchRow::prefillInTurnOfTorch):
 // every round times each model once, in the run's order, after an untimed round.
 void comparePrefillsInTurn(const std::deque<Transformer>& models, std::size_t torchAt,
@@ -482,8 +505,13 @@ void comparePrefillsInTurn(const std::deque<Transformer>& models, std::size_t to
             if (i != torchAt) rows[i].prefillInTurnOfTorch.push_back(seconds[torchAt] / seconds[i]);
         }
     }
-    for (std::size_t i = 0; i < models.size(); ++i)
-        if (i != torchAt) rows[i].prefillOfTorchInTurn = median(rows[i].prefillInTurnOfTorch);
+    const double torchSeconds = median(rows[torchAt].prefillInTurnSeconds);
+    for (std::size_t i = 0; i < models.size(); ++i) {
+        if (i == torchAt) continue;
+        rows[i].prefillOfTorchInTurn = median(rows[i].prefillInTurnOfTorch);
+        if (rows[i].prefillLinearsAtComputeLineSeconds > 0)
+            rows[i].prefillCeilingOfTorchInTurn = torchSeconds / rows[i].prefillLinearsAtComputeLineSeconds;
+    }
 }
 
 BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const std::string&)>& log) {
@@ -555,6 +583,7 @@ BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const s
             report.rows.push_back(measureRow(model, prompt, o, probe, log));
             countReadPasses(report.rows.back().adjacentReadPasses);
             report.rows.back().weightBytesOnHugePages = weightsOnHugePages;
+            report.rows.back().prefillLinearsAtComputeLineSeconds = linearsAtComputeLine(report, model, o.promptTokens);
             if (o.kernelFigures) {
                 log("kernel figures (" + dtypeName(dtype) + ", " + kernelsName(k) + ")");
                 for (const auto& row : measureKernels(model, o.promptTokens)) report.kernelRows.push_back(row);

@@ -3,6 +3,7 @@
 // `kvscope bench`: prefill, decode and token-by-token rebuild throughput on a Qwen2.5-0.5B-shaped
 // model for each dtype and kernel choice, next to the decode rate this machine's memory bandwidth
 // allows, and per-shape kernel figures; everything measured in the same run, so ratios compare.
+#include "core/model/config.h"
 #include "core/model/numerics.h"
 #include "core/util/version.h"
 
@@ -40,6 +41,11 @@ struct BenchRow {
     // for torch's own row); prefillOfTorchInTurn: their median.
     std::vector<double> prefillInTurnSeconds, prefillInTurnOfTorch;
     double prefillOfTorchInTurn = 0;
+    // What bounds an invariant prefill: its linears' multiply-adds (prefillLinearFlops) alone at the
+    // run's compute line in the order they take (0 where that rate is not measured: torch kernels,
+    // AMX's tile order), and torch's median prefill in turn over that time, the most this row's
+    // prefillOfTorchInTurn could be (0 without a torch row).
+    double prefillLinearsAtComputeLineSeconds = 0, prefillCeilingOfTorchInTurn = 0;
     // Greedy steps in runs of kDecodeStepsBetweenReads between read passes that count towards the
     // bound, so that the memory is probed within a few steps of each timed one: all the runs' steps
     // over their time.
@@ -169,6 +175,12 @@ constexpr int kPrefillRoundsInTurn = 5;
 // Decode steps each timed against its linears alone (BenchRow::decodeLinearsSecondsPerStep), at
 // most --decode-tokens of them.
 constexpr int64_t kStepLinearsPairs = 8;
+
+// A prefill's linears' floating-point operations (2 a multiply-add) over `rows` rows: every layer's
+// q/k/v/o and MLP projections for every row, the lm_head for the last row alone; with
+// lastLayerOnLastRow (invariant kernels, Span::lastLayerOnLastRow) the last layer's k and v for
+// every row and the rest of it for the last row.
+double prefillLinearFlops(const ModelConfig& config, int64_t rows, bool lastLayerOnLastRow);
 
 // The invariant kernels' multiply-adds per second from registers, on as many threads as libtorch
 // computes with, in the pair order or the 16-lane order; best of `passes`, FLOP per second.

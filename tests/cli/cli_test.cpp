@@ -127,6 +127,8 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
         if (row["kernels"] == "torch") {
             EXPECT_TRUE(inTurn.empty()) << row.dump();
             EXPECT_TRUE(row["prefill_of_torch_in_turn"].is_null()) << row.dump();
+            EXPECT_TRUE(row["prefill_linears_at_compute_line_ms"].is_null()) << row.dump();
+            EXPECT_TRUE(row["prefill_ceiling_of_torch_in_turn"].is_null()) << row.dump();
             continue;
         }
         const auto torchRow = std::find_if(j["rows"].begin(), j["rows"].end(), [&](const auto& other) {
@@ -142,7 +144,27 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
         std::vector<double> sorted = inTurn;
         std::sort(sorted.begin(), sorted.end());
         EXPECT_EQ(row["prefill_of_torch_in_turn"].get<double>(), sorted[sorted.size() / 2]) << row.dump();
+        // The most the row could be: torch's median prefill over the row's linears alone at the line.
+        std::vector<double> torchSorted = torchMs;
+        std::sort(torchSorted.begin(), torchSorted.end());
+        const double atLine = row["prefill_linears_at_compute_line_ms"].get<double>();
+        EXPECT_GT(atLine, 0.0) << row.dump();
+        EXPECT_NEAR(row["prefill_ceiling_of_torch_in_turn"].get<double>(), torchSorted[torchSorted.size() / 2] / atLine,
+                    1e-9 * torchSorted[torchSorted.size() / 2] / atLine)
+            << row.dump();
     }
+    // The same multiply-adds in both dtypes, at the pair order's rate in bf16 (5 rows keep VDPBF16PS
+    // or its emulation) and the 16-lane order's in fp32.
+    const auto invariantRow = [&](const char* dtype) {
+        for (const auto& row : j["rows"])
+            if (row["dtype"] == dtype && row["kernels"] == "invariant") return row;
+        return nlohmann::json();
+    };
+    const double bf16AtLine = invariantRow("bf16")["prefill_linears_at_compute_line_ms"].get<double>();
+    const double fp32AtLine = invariantRow("fp32")["prefill_linears_at_compute_line_ms"].get<double>();
+    EXPECT_NEAR(bf16AtLine * j["peak_pair_order_gflop_per_s"].get<double>(),
+                fp32AtLine * j["peak_lane_order_gflop_per_s"].get<double>(),
+                1e-9 * fp32AtLine * j["peak_lane_order_gflop_per_s"].get<double>());
     // Six shapes at one row and five (no lm_head) at the prompt's rows, for each of the four rows above;
     // the invariant kernels' prefill rows against their multiply-add rate, nothing else.
     EXPECT_EQ(j["kernel_rows"].size(), 4u * 11u);
@@ -182,6 +204,16 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
     EXPECT_TRUE(k["rows"][0]["prefill_of_torch_in_turn"].is_null()) << k.dump();
     EXPECT_TRUE(k["rows"][0]["prefill_in_turn_of_torch"].empty()) << k.dump();
     EXPECT_TRUE(k["rows"][0]["prefill_in_turn_ms"].empty()) << k.dump();
+}
+
+TEST(Cli, BenchCountsAPrefillsLinearMultiplyAdds) {
+    // By hand, 2 layers, hidden 2, 1 query head and 1 KV head of 2, MLP 3, vocabulary 5, 4 rows: a row
+    // of a layer is 8 multiply-adds in k/v and 26 in q/o/gate/up/down, the lm_head's row 10.
+    ModelConfig c;
+    c.hiddenSize = 2, c.numLayers = 2, c.numHeads = 1, c.numKvHeads = 1, c.headDim = 2, c.intermediateSize = 3;
+    c.vocabSize = 5;
+    EXPECT_EQ(prefillLinearFlops(c, 4, false), 2.0 * (4 * 34 + 4 * 34 + 10));
+    EXPECT_EQ(prefillLinearFlops(c, 4, true), 2.0 * (4 * 34 + (4 * 8 + 26) + 10));
 }
 
 TEST(Cli, BenchSaysHowDecodeWeightsAreFetched) {
