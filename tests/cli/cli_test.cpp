@@ -20,6 +20,13 @@ using test::shellQuote;
 
 std::string model(const std::string& variant = "qwen2") { return shellQuote(test::tinyModel(variant)); }
 
+// The shortest bench that reports the machine: one fp32 invariant row, no kernel table.
+std::string shortBench() {
+    return "bench --model " + model() +
+           " --prompt-tokens 4 --decode-tokens 1 --rebuild-tokens 1 --dtypes fp32 --kernels invariant "
+           "--no-kernel-figures";
+}
+
 void expectOneLineError(const test::CommandResult& r, const std::string& fragment) {
     EXPECT_NE(r.exitCode, 0);
     EXPECT_TRUE(r.out.empty()) << r.out;
@@ -221,9 +228,7 @@ TEST(Cli, BenchSaysHowDecodeWeightsAreFetched) {
     // (KVSCOPE_DECODE_FETCH_BYTES sets it); the other paths fetch in their own way: null.
     const kernels::Isa isa = kernels::bestIsa();
     const bool oneStream = isa == kernels::Isa::Avx512 || isa == kernels::Isa::Avx512Bf16;
-    const std::string args = "bench --model " + model() +
-                             " --prompt-tokens 4 --decode-tokens 1 --rebuild-tokens 1 --dtypes fp32 --kernels "
-                             "invariant --no-kernel-figures";
+    const std::string args = shortBench();
     const auto r = runCli(args + " --json", "KVSCOPE_DECODE_FETCH_BYTES=4096");
     ASSERT_EQ(r.exitCode, 0) << r.err;
     const auto fetch = nlohmann::json::parse(r.out)["invariant_decode_fetch_bytes"];
@@ -244,10 +249,7 @@ TEST(Cli, BenchNamesWhatTorchKernelsBf16ProductsRunOn) {
     EXPECT_EQ(oneDnnIsaName(0x12345), "0x12345");
     // The cap in the environment is reported; where oneDNN answers (a libtorch that links it as a
     // library of its own: Debian's), it names the capped set, read from oneDNN, not from the variable.
-    const auto r = runCli("bench --model " + model() +
-                              " --prompt-tokens 4 --decode-tokens 1 --rebuild-tokens 1 --dtypes fp32 --kernels "
-                              "invariant --no-kernel-figures --json",
-                          "ONEDNN_MAX_CPU_ISA=AVX2");
+    const auto r = runCli(shortBench() + " --json", "ONEDNN_MAX_CPU_ISA=AVX2");
     ASSERT_EQ(r.exitCode, 0) << r.err;
     const auto j = nlohmann::json::parse(r.out);
     EXPECT_EQ(j["torch_onednn_isa_cap"], "AVX2");
@@ -268,9 +270,7 @@ TEST(Cli, BenchNamesWhatTorchKernelsFp32ProductsRunOn) {
     EXPECT_EQ(openBlasCoreOf("Haswell", true, true).faster, "");
     // What OpenBLAS itself says in the bench's process (forced to Prescott here), where this libtorch
     // has OpenBLAS (Debian's); nothing where it has not (a pip wheel's: MKL).
-    const std::string args = "bench --model " + model() +
-                             " --prompt-tokens 4 --decode-tokens 1 --rebuild-tokens 1 --dtypes fp32 --kernels "
-                             "invariant --no-kernel-figures";
+    const std::string args = shortBench();
     const auto r = runCli(args + " --json", "OPENBLAS_CORETYPE=Prescott");
     ASSERT_EQ(r.exitCode, 0) << r.err;
     const auto core = nlohmann::json::parse(r.out)["torch_openblas_core"];
