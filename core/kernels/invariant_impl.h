@@ -204,7 +204,9 @@ void linearTiles(const XElement* x, int64_t rows, int64_t in, const Element* w, 
     const int64_t ahead = !FetchAhead && rows == 1 && C == 1 && streams == 1
                               ? decodeFetchBytes() / static_cast<int64_t>(sizeof(Element))
                               : 0;
-    const bool nextIntoL1 = C * in * static_cast<int64_t>(sizeof(Element)) <= kPrefetchIntoL1Bytes;
+    // The next tile's rows go into L1 where they fit in half of it beside the tile being read; the
+    // weights far ahead go into L2 only.
+    const bool fetchIntoL1 = ahead == 0 && C * in * static_cast<int64_t>(sizeof(Element)) <= kPrefetchIntoL1Bytes;
     for (int64_t rb = 0; rb < rows; rb += kRowBlock) {
         const int64_t rowEnd = smaller(rows, rb + kRowBlock);
         for (int64_t k = 0; k < tilesPerStream * streams; ++k) {  // tile k / streams of each stream
@@ -221,7 +223,7 @@ void linearTiles(const XElement* x, int64_t rows, int64_t in, const Element* w, 
                 const XElement* xp[R];
                 for (int j = 0; j < R; ++j) xp[j] = x + smaller(r + j, rowEnd - 1) * in;
                 float tile[R * C];
-                dotTile<V, R, C, Steps>(xp, wp, in, tile, next, ahead == 0 && nextIntoL1);
+                dotTile<V, R, C, Steps>(xp, wp, in, tile, next, fetchIntoL1);
                 for (int j = 0; j < R && r + j < rowEnd; ++j)
                     for (int c = 0; c < C && o + c < o1; ++c) y[(r + j) * yStride + o + c] = tile[j * C + c];
             }
