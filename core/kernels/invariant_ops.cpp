@@ -107,11 +107,15 @@ void linearsInto(const void* x, bool xBf16, int64_t S, int64_t in, const std::ve
     for (const LinearInto& p : projections) pairs = pairs && p.weightBf16;
     if (xBf16 && !pairs) throw UsageError("--kernels invariant: a bf16 row takes bf16 weights only (widen it first)");
     // Threads take whole blocks of 64 output features, so a feature's sum never crosses threads;
-    // the blocks of every projection form one range, split in one parallel region. A single row
-    // lets a thread done with its part take blocks from the end of the other's (kernel_threads.h):
-    // two threads streaming from memory do not finish together. Measured on a 2-core Zen 4 VM,
-    // decode steps alternating with and without it in one process: median step 5-9% shorter.
-    constexpr int64_t kBlock = 64, kStealBlocks = 1;
+    // the blocks of every projection form one range, split in one parallel region. A thread done
+    // with its part takes blocks from the end of the other's (kernel_threads.h): two threads do not
+    // finish together, streaming from memory (a single row) or on a VM's two cores, which need not
+    // run at one speed (many rows). Measured alternating with and without it in one process: on a
+    // 2-core Zen 4 VM, decode steps 5-9% shorter (median); on a 2-core Emerald Rapids VM, 512-token
+    // prefills, 12 rounds of bf16 `invariant`: the caller's wait for the other thread at the end of
+    // its calls 242 -> 50 ms a prefill (median), the prefill 4% shorter (median; 8 of the fp32
+    // rounds: wait 147 -> 29 ms). Many rows steal two blocks at a time: 4 of a panel path's panels.
+    constexpr int64_t kBlock = 64, kStealBlocks = 1, kStealBlocksOfManyRows = 2;
     std::vector<int64_t> firstBlock = {0};  // per projection
     for (const LinearInto& p : projections) firstBlock.push_back(firstBlock.back() + (p.out + kBlock - 1) / kBlock);
     const Isa path = pairs ? pairsPathForRows(isa, S) : isa;
@@ -136,7 +140,7 @@ void linearsInto(const void* x, bool xBf16, int64_t S, int64_t in, const std::ve
             if (p.output) finish(p.sums, S, p, outBf16, o0, o1, isa);
         }
     };
-    parallel(firstBlock.back(), 1, computeBlocks, S == 1 ? kStealBlocks : 0);
+    parallel(firstBlock.back(), 1, computeBlocks, S == 1 ? kStealBlocks : kStealBlocksOfManyRows);
 }
 
 std::vector<torch::Tensor> linears(const torch::Tensor& x, const std::vector<Projection>& projections,

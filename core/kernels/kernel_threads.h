@@ -14,9 +14,10 @@
 // does; the kernels split only along outputs, so the part boundaries never change a bit. Where the
 // caller asks for it, a thread done with its part takes what is left of another's, from its far end:
 // attention in a prefill, whose later queries see more keys (its caller orders the rows so that the
-// halves cost alike, but a VM's two cores need not run at one speed), and a decode step's linears,
+// halves cost alike, but a VM's two cores need not run at one speed), a decode step's linears,
 // whose two halves stream from memory at rates that differ from call to call (invariant_ops.cpp has
-// the figures; on a Sapphire Rapids with two streams a thread they had measured no faster for it).
+// the figures; on a Sapphire Rapids with two streams a thread they had measured no faster for it),
+// and a prefill's linears, for those two cores.
 // Whatever the call, a part whose thread has not started it when the others are done with theirs is
 // computed by them: a worker the scheduler wakes late (behind the caller, on its core) then never
 // holds the call up.
