@@ -153,7 +153,7 @@ void printOpenBlasLine(const OpenBlasCore& core) {
     std::printf("torch kernels' fp32 products: OpenBLAS %s", core.name.c_str());
     if (core.sseOnly && !core.faster.empty())
         std::printf(" (SSE kernels: this OpenBLAS does not know this CPU; OPENBLAS_CORETYPE=%s runs its %s ones)",
-                    core.faster.c_str(), core.faster == "SkylakeX" ? "AVX-512" : "AVX2");
+                    core.faster.c_str(), core.fasterIsa.c_str());
     std::printf("\n");
 }
 

@@ -88,10 +88,13 @@ OneDnnIsa torchOneDnnIsa() {
 }
 
 OpenBlasCore openBlasCoreOf(const std::string& name, bool avx512, bool avx2) {
-    OpenBlasCore core{name, false, {}};
+    OpenBlasCore core{name, false, {}, {}};
     for (const char* sse : {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom"})
         if (name == sse) core.sseOnly = true;
-    if (core.sseOnly) core.faster = avx512 ? "SkylakeX" : avx2 ? "Haswell" : "";
+    if (core.sseOnly && avx512)
+        core.faster = "SkylakeX", core.fasterIsa = "AVX-512";
+    else if (core.sseOnly && avx2)
+        core.faster = "Haswell", core.fasterIsa = "AVX2";
     return core;
 }
 
@@ -100,7 +103,10 @@ OpenBlasCore torchOpenBlasCore() {
     using CoreName = char* (*)();
     auto* coreName = reinterpret_cast<CoreName>(::dlsym(RTLD_DEFAULT, "openblas_get_corename"));
     const char* name = coreName ? coreName() : nullptr;
-    if (!name) return {};
+    return name ? openBlasCoreOnThisCpu(name) : OpenBlasCore{};
+}
+
+OpenBlasCore openBlasCoreOnThisCpu(const std::string& name) {
 #if defined(__x86_64__) || defined(__i386__)
     const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");

@@ -31,8 +31,11 @@ struct OpenBlasCore {
     std::string name;         // "SkylakeX", "Haswell", "Prescott", ...; empty where no OpenBLAS is loaded
     bool sseOnly = false;     // a kernel set of SSE alone (Prescott, Core2, Penryn, Dunnington, Nehalem, Atom)
     std::string faster;       // where sseOnly and this CPU has more: the OPENBLAS_CORETYPE that uses it
+    std::string fasterIsa;    // the instruction set `faster` runs: "AVX-512" or "AVX2"
 };
 OpenBlasCore torchOpenBlasCore();
-// The same from a core name and this CPU's features, for tests.
+// The same from a core name and a CPU's features (AVX-512 F/BW/VL/DQ, AVX2 with FMA), for tests,
+// and from a core name on this CPU.
 OpenBlasCore openBlasCoreOf(const std::string& name, bool avx512, bool avx2);
+OpenBlasCore openBlasCoreOnThisCpu(const std::string& name);
 }  // namespace kvscope

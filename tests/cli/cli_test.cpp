@@ -263,7 +263,9 @@ TEST(Cli, BenchNamesWhatTorchKernelsBf16ProductsRunOn) {
 TEST(Cli, BenchNamesWhatTorchKernelsFp32ProductsRunOn) {
     // An SSE kernel set on a CPU with more gets the OPENBLAS_CORETYPE of its widest one.
     EXPECT_EQ(openBlasCoreOf("Prescott", true, true).faster, "SkylakeX");
+    EXPECT_EQ(openBlasCoreOf("Prescott", true, true).fasterIsa, "AVX-512");
     EXPECT_EQ(openBlasCoreOf("Nehalem", false, true).faster, "Haswell");
+    EXPECT_EQ(openBlasCoreOf("Nehalem", false, true).fasterIsa, "AVX2");
     EXPECT_TRUE(openBlasCoreOf("Prescott", false, false).sseOnly);
     EXPECT_EQ(openBlasCoreOf("Prescott", false, false).faster, "");
     EXPECT_FALSE(openBlasCoreOf("SkylakeX", true, true).sseOnly);
@@ -281,10 +283,11 @@ TEST(Cli, BenchNamesWhatTorchKernelsFp32ProductsRunOn) {
         EXPECT_TRUE(core.is_null()) << core;
     const auto text = runCli(args, "OPENBLAS_CORETYPE=Prescott");
     ASSERT_EQ(text.exitCode, 0) << text.err;
-    const bool avx2 = cpuVectorFeatures().find("avx2") != std::string::npos;
+    const OpenBlasCore forced = openBlasCoreOnThisCpu("Prescott");
     EXPECT_EQ(text.out.find("torch kernels' fp32 products: OpenBLAS Prescott (SSE kernels: this OpenBLAS does not "
-                            "know this CPU; OPENBLAS_CORETYPE=") != std::string::npos,
-              openBlas && avx2)
+                            "know this CPU; OPENBLAS_CORETYPE=" +
+                            forced.faster + " runs its " + forced.fasterIsa + " ones)") != std::string::npos,
+              openBlas && !forced.faster.empty())
         << text.out;
 }
 
