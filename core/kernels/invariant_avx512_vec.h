@@ -90,6 +90,14 @@ struct Avx512Vec {
     static Avx512Vec loadEven(const uint16_t* bf16) {
         return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512(bf16), 16))};
     }
+    // The same in two steps: the 16 pairs' bits as they are, then either half of each widened.
+    static Avx512Vec loadPairs(const uint16_t* bf16) { return {_mm512_castsi512_ps(_mm512_loadu_si512(bf16))}; }
+    static Avx512Vec oddOf(const Avx512Vec& pairs) {
+        return {_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(pairs.v), _mm512_set1_epi32(-65536)))};
+    }
+    static Avx512Vec evenOf(const Avx512Vec& pairs) {
+        return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(pairs.v), 16))};
+    }
     static Avx512Vec fma(const Avx512Vec& a, const Avx512Vec& b, const Avx512Vec& acc) {
         return {_mm512_fmadd_ps(a.v, b.v, acc.v)};
     }

@@ -18,7 +18,8 @@
 //   broadcast, load, fma, add, store), V::kPanelRows rows per tile, V::kPanelStepsAhead: how many
 //   steps ahead of its own a panel's lane fetches (0: none), and V::kTransposes16: whether
 //   V::transpose16(v) turns 16 vectors in place into their transpose (v[j] lane i = old v[i] lane j),
-//   and v.storeFirst(p, n) stores lanes [0, n) alone,
+//   and v.storeFirst(p, n) stores lanes [0, n) alone, and V::loadPairs(p), V::oddOf(v) and
+//   V::evenOf(v): the two loads below in two steps (the 16 pairs' bits, then either half widened),
 //   V::loadOdd(p) and V::loadEven(p): lanes j = the bf16 elements 2j+1, 2j of p[0..32), widened,
 //   V::Pairs: the pair order's step (invariant.h) on 32 bf16 elements, Chunk load(const uint16_t*)
 //   and V dot(x, w, acc); EmulatedPairs<V> below (two FMAs, from V::loadOdd and V::loadEven) or
@@ -269,7 +270,30 @@ struct PairLanes {
         memcpy(padded, row + i, static_cast<size_t>(in - i) * sizeof(uint16_t));
         return t % 2 == 0 ? V::loadOdd(padded) : V::loadEven(padded);
     }
+    // Steps t and t + 1 (t even) at once: the chunk's 16 pairs of elements (2j, 2j + 1) as 32-bit
+    // lanes, unwidened (V::oddOf and V::evenOf widen lane j into step t's and step t + 1's lane j).
+    static V pairs(const uint16_t* row, int64_t in, int64_t t) {
+        const int64_t i = t / 2 * 2 * kLanes;
+        if (i + 2 * kLanes <= in) return V::loadPairs(row + i);
+        uint16_t padded[2 * kLanes] = {};
+        memcpy(padded, row + i, static_cast<size_t>(in - i) * sizeof(uint16_t));
+        return V::loadPairs(padded);
+    }
 };
+
+// 16 rows' lanes of steps t and t + 1 of the pair order (t even) in two stores a lane: one
+// transpose of the rows' pairs gives lane j both steps' runs (lane c of each: row c's elements 2j + 1
+// and 2j), half the shuffles and loads of a transpose a step. rowPairs(c): row c's PairLanes::pairs.
+// store(j, odd, even): lane j's runs.
+template <typename V, typename RowPairs, typename Store>
+void transposePairs(const RowPairs& rowPairs, const Store& store) {
+    V lanes[kLanes];
+#pragma GCC unroll 16
+    for (int c = 0; c < kLanes; ++c) lanes[c] = rowPairs(c);
+    V::transpose16(lanes);  // moves bits only: the pairs are not yet numbers
+#pragma GCC unroll 16
+    for (int j = 0; j < kLanes; ++j) store(j, V::oddOf(lanes[j]), V::evenOf(lanes[j]));
+}
 
 // Rows [0, rows) in tiles of R, laid out [tile][lane j][step t][row k] (zeros past the last row),
 // so that one lane's pass reads its steps' R broadcasts as one contiguous run. Where V transposes
@@ -279,7 +303,19 @@ void packRows(const Element* x, int64_t rows, int64_t in, int64_t tile0, int64_t
     const int64_t T = Order::steps(in);
     const int64_t end = smaller(rows, tile1 * R);
     out += tile0 * kLanes * T * R;
-    for (int64_t r = tile0 * R; r < end; r += R, out += kLanes * T * R)
+    for (int64_t r = tile0 * R; r < end; r += R, out += kLanes * T * R) {
+        if constexpr (V::kTransposes16 && R <= kLanes && Order::kPairs) {
+            for (int64_t t = 0; t < T; t += 2) {
+                auto rowPairs = [&](int k) {
+                    return k < R && r + k < rows ? Order::pairs(x + (r + k) * in, in, t) : V::zero();
+                };
+                transposePairs<V>(rowPairs, [&](int j, const V& odd, const V& even) {
+                    odd.storeFirst(out + (j * T + t) * R, R);
+                    even.storeFirst(out + (j * T + t + 1) * R, R);
+                });
+            }
+            continue;
+        }
         for (int64_t t = 0; t < T; ++t) {
             auto rowLanes = [&](int k) { return r + k < rows ? Order::lanes(x + (r + k) * in, in, t) : V::zero(); };
             if constexpr (V::kTransposes16 && R <= kLanes) {
@@ -297,6 +333,7 @@ void packRows(const Element* x, int64_t rows, int64_t in, int64_t tile0, int64_t
                 }
             }
         }
+    }
 }
 
 // Weight rows [o, o + P) laid out [lane j][step t][output c] (zeros from o1 on), so that one lane
@@ -311,7 +348,18 @@ template <typename V, int P, typename Order, typename Element>
 void packPanel(const Element* w, int64_t in, int64_t o, int64_t o1, float* panel) {
     const int64_t T = Order::steps(in);
     auto rowLanes = [&](int c, int64_t t) { return o + c < o1 ? Order::lanes(w + (o + c) * in, in, t) : V::zero(); };
-    if constexpr (V::kTransposes16 && P % kLanes == 0) {
+    if constexpr (V::kTransposes16 && P % kLanes == 0 && Order::kPairs) {
+        for (int h = 0; h < P; h += kLanes)
+            for (int64_t t = 0; t < T; t += 2) {
+                auto rowPairs = [&](int c) {
+                    return o + h + c < o1 ? Order::pairs(w + (o + h + c) * in, in, t) : V::zero();
+                };
+                transposePairs<V>(rowPairs, [&](int j, const V& odd, const V& even) {
+                    odd.store(panel + (j * T + t) * P + h);
+                    even.store(panel + (j * T + t + 1) * P + h);
+                });
+            }
+    } else if constexpr (V::kTransposes16 && P % kLanes == 0) {
         for (int h = 0; h < P; h += kLanes)
             for (int64_t t = 0; t < T; ++t) {
                 V lanes[kLanes];
