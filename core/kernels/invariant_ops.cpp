@@ -113,8 +113,8 @@ void linearsInto(const void* x, bool xBf16, int64_t S, int64_t in, const std::ve
     // run at one speed (many rows). Measured alternating with and without it in one process: on a
     // 2-core Zen 4 VM, decode steps 5-9% shorter (median); on a 2-core Emerald Rapids VM, 512-token
     // prefills, 12 rounds of bf16 `invariant`: the caller's wait for the other thread at the end of
-    // its calls 242 -> 50 ms a prefill (median), the prefill 4% shorter (median; 8 of the fp32
-    // rounds: wait 147 -> 29 ms). Many rows steal two blocks at a time: 4 of a panel path's panels.
+    // its calls 242 -> 50 ms a prefill (median), the prefill 4% shorter (median; in fp32, 8 rounds,
+    // the wait 147 -> 29 ms). Many rows steal two blocks at a time: 4 of a panel path's panels.
     constexpr int64_t kBlock = 64, kStealBlocks = 1, kStealBlocksOfManyRows = 2;
     std::vector<int64_t> firstBlock = {0};  // per projection
     for (const LinearInto& p : projections) firstBlock.push_back(firstBlock.back() + (p.out + kBlock - 1) / kBlock);
