@@ -33,7 +33,7 @@
 #include "core/kernels/invariant.h"
 
 #include <stdlib.h>  // malloc, free
-#include <string.h>  // memcpy
+#include <string.h>  // memcpy, memset
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>  // _mm_getcsr, _mm_setcsr (always-inline builtins, no symbols)
 #endif
@@ -264,20 +264,25 @@ struct PairLanes {
     static constexpr bool kPairs = true;
     static int64_t steps(int64_t in) { return (in + 2 * kLanes - 1) / (2 * kLanes) * 2; }
     static V lanes(const uint16_t* row, int64_t in, int64_t t) {
-        const int64_t i = t / 2 * 2 * kLanes;
-        if (i + 2 * kLanes <= in) return t % 2 == 0 ? V::loadOdd(row + i) : V::loadEven(row + i);
-        uint16_t padded[2 * kLanes] = {};
-        memcpy(padded, row + i, static_cast<size_t>(in - i) * sizeof(uint16_t));
-        return t % 2 == 0 ? V::loadOdd(padded) : V::loadEven(padded);
+        uint16_t padded[2 * kLanes];
+        const uint16_t* p = chunk(row, in, t, padded);
+        return t % 2 == 0 ? V::loadOdd(p) : V::loadEven(p);
     }
     // Steps t and t + 1 (t even) at once: the chunk's 16 pairs of elements (2j, 2j + 1) as 32-bit
     // lanes, unwidened (V::oddOf and V::evenOf widen lane j into step t's and step t + 1's lane j).
     static V pairs(const uint16_t* row, int64_t in, int64_t t) {
+        uint16_t padded[2 * kLanes];
+        return V::loadPairs(chunk(row, in, t, padded));
+    }
+
+private:
+    // Step t's chunk of 32 elements: in place, or copied into `padded` with zeros past the row's end.
+    static const uint16_t* chunk(const uint16_t* row, int64_t in, int64_t t, uint16_t* padded) {
         const int64_t i = t / 2 * 2 * kLanes;
-        if (i + 2 * kLanes <= in) return V::loadPairs(row + i);
-        uint16_t padded[2 * kLanes] = {};
+        if (i + 2 * kLanes <= in) return row + i;
+        memset(padded, 0, 2 * kLanes * sizeof(uint16_t));
         memcpy(padded, row + i, static_cast<size_t>(in - i) * sizeof(uint16_t));
-        return V::loadPairs(padded);
+        return padded;
     }
 };
 
@@ -314,22 +319,22 @@ void packRows(const Element* x, int64_t rows, int64_t in, int64_t tile0, int64_t
                     even.storeFirst(out + (j * T + t + 1) * R, R);
                 });
             }
-            continue;
-        }
-        for (int64_t t = 0; t < T; ++t) {
-            auto rowLanes = [&](int k) { return r + k < rows ? Order::lanes(x + (r + k) * in, in, t) : V::zero(); };
-            if constexpr (V::kTransposes16 && R <= kLanes) {
-                V lanes[kLanes];
+        } else {
+            for (int64_t t = 0; t < T; ++t) {
+                auto rowLanes = [&](int k) { return r + k < rows ? Order::lanes(x + (r + k) * in, in, t) : V::zero(); };
+                if constexpr (V::kTransposes16 && R <= kLanes) {
+                    V lanes[kLanes];
 #pragma GCC unroll 16
-                for (int k = 0; k < kLanes; ++k) lanes[k] = k < R ? rowLanes(k) : V::zero();
-                V::transpose16(lanes);
+                    for (int k = 0; k < kLanes; ++k) lanes[k] = k < R ? rowLanes(k) : V::zero();
+                    V::transpose16(lanes);
 #pragma GCC unroll 16
-                for (int j = 0; j < kLanes; ++j) lanes[j].storeFirst(out + (j * T + t) * R, R);
-            } else {
-                for (int k = 0; k < R; ++k) {
-                    float lanes[kLanes];
-                    rowLanes(k).store(lanes);
-                    for (int j = 0; j < kLanes; ++j) out[(j * T + t) * R + k] = lanes[j];
+                    for (int j = 0; j < kLanes; ++j) lanes[j].storeFirst(out + (j * T + t) * R, R);
+                } else {
+                    for (int k = 0; k < R; ++k) {
+                        float lanes[kLanes];
+                        rowLanes(k).store(lanes);
+                        for (int j = 0; j < kLanes; ++j) out[(j * T + t) * R + k] = lanes[j];
+                    }
                 }
             }
         }
@@ -588,54 +593,6 @@ void linearPairs(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w,
     }
     if (rows >= V::kRows) return linearTiles<V, V::kRows, V::kCols, PairSteps<V>>(x, rows, in, w, y, yStride, o0, o1);
     linearTiles<V, 1, V::kDecodeCols, PairSteps<V>, V::kDecodeFetchesAhead>(x, rows, in, w, y, yStride, o0, o1);
-}
-
-template <typename V>
-void triad(float* a, const float* b, const float* c, float s, int64_t n) {
-    const V scale = V::broadcast(s);
-    for (int64_t i = 0; i < n; i += kLanes) V::fma(scale, V::load(c + i), V::load(b + i)).store(a + i);
-}
-
-// `streams` equal parts of x read side by side, 64 floats of each in turn (n: a multiple of 64 *
-// streams), four independent sums: as many sequential streams as a decode step keeps in flight.
-template <typename V>
-float readAll(const float* x, int64_t n, int64_t streams) {
-    const V one = V::broadcast(1.0f);
-    const int64_t part = n / streams;
-    V acc[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
-    for (int64_t i = 0; i < part; i += 4 * kLanes)
-        for (int64_t s = 0; s < streams; ++s)
-#pragma GCC unroll 4
-            for (int k = 0; k < 4; ++k) acc[k] = V::fma(V::load(x + s * part + i + k * kLanes), one, acc[k]);
-    return acc[0].sum() + acc[1].sum() + acc[2].sum() + acc[3].sum();
-}
-
-// Chains of V::kRows x V::kCols accumulators, the count the linear tile keeps busy, each advanced
-// `rounds` times by the same step; the FMAs cannot be merged (fp32 is not associative, and nothing
-// here is contracted), so every one is executed.
-template <typename V>
-int64_t multiplyAdds(int64_t rounds, bool pairs, float* sink) {
-    constexpr int kChains = V::kRows * V::kCols;
-    V acc[kChains];
-#pragma GCC unroll 16
-    for (int c = 0; c < kChains; ++c) acc[c] = V::zero();
-    uint16_t small[2 * kLanes];  // 2^-20: sums that stay finite however long the probe runs
-    for (uint16_t& e : small) e = 0x35C0;
-    if (pairs) {
-        const auto x = V::Pairs::load(small);
-        for (int64_t i = 0; i < rounds; ++i)
-#pragma GCC unroll 16
-            for (int c = 0; c < kChains; ++c) acc[c] = V::Pairs::dot(x, x, acc[c]);
-    } else {
-        const V x = V::load(small);
-        for (int64_t i = 0; i < rounds; ++i)
-#pragma GCC unroll 16
-            for (int c = 0; c < kChains; ++c) acc[c] = V::fma(x, x, acc[c]);
-    }
-    float total = 0;
-    for (int c = 0; c < kChains; ++c) total += acc[c].sum();
-    *sink = total;
-    return rounds * kChains * (pairs ? 2 : 1) * kLanes;
 }
 
 template <typename V>

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 // An instruction-set path's entry points from the templates of invariant_impl.h,
-// invariant_attention_impl.h and invariant_elementwise_impl.h; each invariant_*.cpp defines its
-// vector type, then uses the macro.
+// invariant_attention_impl.h, invariant_elementwise_impl.h and invariant_probes_impl.h; each
+// invariant_*.cpp defines its vector type, then uses the macro.
 #include "core/kernels/invariant_elementwise_impl.h"
+#include "core/kernels/invariant_probes_impl.h"
 
 // The entry points of one instruction-set path, namespace `ns`, on vector type `V` (declared again
 // in invariant_dispatch.cpp). Used once at the end of each invariant_*.cpp, in kvscope::kernels.
