@@ -91,10 +91,13 @@ OpenBlasCore openBlasCoreOf(const std::string& name, bool avx512, bool avx2) {
     OpenBlasCore core{name, false, {}, {}};
     for (const char* sse : {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom"})
         if (name == sse) core.sseOnly = true;
-    if (core.sseOnly && avx512)
-        core.faster = "SkylakeX", core.fasterIsa = "AVX-512";
-    else if (core.sseOnly && avx2)
-        core.faster = "Haswell", core.fasterIsa = "AVX2";
+    if (core.sseOnly && avx512) {
+        core.faster = "SkylakeX";
+        core.fasterIsa = "AVX-512";
+    } else if (core.sseOnly && avx2) {
+        core.faster = "Haswell";
+        core.fasterIsa = "AVX2";
+    }
     return core;
 }
 
