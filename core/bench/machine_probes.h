@@ -26,8 +26,8 @@ std::size_t physicalMemoryBytes();
 // then streamed by as many threads as libtorch computes with, each its own slice, vectorised loops.
 // As in STREAM, the arrays are mapped once and kept for the probe's life (runBenchmark: the whole
 // run), so that no probe hands memory back to the kernel between the rows it brackets: on a VM that
-// reports free pages to its host, that work lands in the next seconds' timings (benchmark.cpp has
-// the figures).
+// reports free pages to its host, that work lands in the next seconds' timings (machine_probes.cpp
+// has the figures).
 class BandwidthProbe {
 public:
     explicit BandwidthProbe(std::size_t bytesPerArray);
