@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <thread>
 
 namespace kvscope::experiments {
 namespace {
@@ -51,7 +52,7 @@ public:
         const int rc = sqlite3_step(stmt_);
         if (rc == SQLITE_ROW) return true;
         if (rc == SQLITE_DONE) return false;
-        throw FormatError(path_ + ": SQLite error " + std::string(sqlite3_errmsg(sqlite3_db_handle(stmt_))));
+        throw FormatError(path_ + ": SQLite error: " + std::string(sqlite3_errmsg(sqlite3_db_handle(stmt_))));
     }
     std::string text(int col) const {
         auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, col));
@@ -114,24 +115,68 @@ Ledger::Ledger(const std::string& path, LedgerAccess access) : path_(path) {
 }
 
 void Ledger::checkOrCreateSchema(LedgerAccess access) {
-    std::string version;
+    if (access == LedgerAccess::ReadOnly) {
+        const std::string version = readSchemaVersion();
+        if (version.empty())
+            throw FormatError(path_ +
+                              ": not a kvscope ledger (an SQLite database without kvscope's meta.schema_version)");
+        return checkSchemaVersion(version);
+    }
+    enterWalMode();
+    // Two writers may open a path that does not exist yet at the same moment (a run and `ledger merge`,
+    // or a resumed run): reading the version and writing it when missing is one write transaction, so
+    // the second sees the first's row instead of inserting its own.
+    exec("BEGIN IMMEDIATE");
     try {
-        if (access == LedgerAccess::Write) {
-            exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
+        std::string version;
+        try {
             exec(kSchema);
+            version = storedSchemaVersion();
+        } catch (const FormatError&) {
+            throw unreadable();
         }
-        version = storedSchemaVersion();
+        if (version.empty())
+            Statement(db_, "INSERT INTO meta(key, value) VALUES('schema_version', ?)", path_)
+                .bind(1, std::to_string(kSchemaVersion))
+                .step();
+        else
+            checkSchemaVersion(version);
+        exec("COMMIT");
+    } catch (...) {
+        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
+    }
+}
+
+std::string Ledger::readSchemaVersion() const {
+    try {
+        return storedSchemaVersion();
     } catch (const FormatError&) {
-        throw FormatError(path_ + ": not a kvscope ledger (not a SQLite database, or unreadable)");
+        throw unreadable();
     }
-    if (version.empty() && access == LedgerAccess::ReadOnly)
-        throw FormatError(path_ + ": not a kvscope ledger (an SQLite database without kvscope's meta.schema_version)");
-    if (version.empty()) {
-        Statement(db_, "INSERT INTO meta(key, value) VALUES('schema_version', ?)", path_)
-            .bind(1, std::to_string(kSchemaVersion))
-            .step();
-        return;
+}
+
+void Ledger::enterWalMode() {
+    // Switching a new file to WAL needs its exclusive lock, and SQLite refuses that at once, without
+    // the busy handler, while another connection holds any lock on the file (waiting could deadlock).
+    // A second writer opening the same new file retries within the busy timeout instead of failing.
+    const auto deadline = std::chrono::steady_clock::now() + kBusyTimeout;
+    for (;;) {
+        const int rc = sqlite3_exec(db_, "PRAGMA journal_mode=WAL", nullptr, nullptr, nullptr);
+        if (rc == SQLITE_OK) break;
+        if ((rc & 0xff) != SQLITE_BUSY || std::chrono::steady_clock::now() >= deadline) throw unreadable();
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
+    exec("PRAGMA synchronous=NORMAL");
+}
+
+FormatError Ledger::unreadable() const {
+    // The connection's last error says why (e.g. "file is not a database", "database is locked").
+    return FormatError(path_ + ": not a kvscope ledger (not a SQLite database, or unreadable: " + sqlite3_errmsg(db_) +
+                       ")");
+}
+
+void Ledger::checkSchemaVersion(const std::string& version) const {
     if (version != std::to_string(kSchemaVersion))
         throw FormatError(path_ + ": ledger schema version " + version + " is not supported by this kvscope (expects " +
                           std::to_string(kSchemaVersion) + ")");
@@ -146,7 +191,7 @@ void Ledger::openDatabase(LedgerAccess access) {
         db_ = nullptr;
         throw FormatError(path_ + ": cannot open ledger (" + msg + ")");
     }
-    sqlite3_busy_timeout(db_, 10000);
+    sqlite3_busy_timeout(db_, static_cast<int>(kBusyTimeout.count()));
 }
 
 std::string Ledger::storedSchemaVersion() const {

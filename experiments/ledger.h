@@ -6,9 +6,11 @@
 // neither repeats nor skips items. The schema is versioned; an unknown version is refused.
 #include "experiments/item_result.h"
 #include "core/model/numerics.h"
+#include "core/util/error.h"
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -86,7 +88,12 @@ private:
     void exec(const std::string& sql) const;
     void openDatabase(LedgerAccess access);
     void checkOrCreateSchema(LedgerAccess access);
+    void enterWalMode();
+    std::string readSchemaVersion() const;    // storedSchemaVersion, its errors named as unreadable()
     std::string storedSchemaVersion() const;  // empty when the meta table or its row is missing
+    void checkSchemaVersion(const std::string& version) const;  // FormatError unless kSchemaVersion
+    FormatError unreadable() const;
+    static constexpr std::chrono::milliseconds kBusyTimeout{10000};
     std::string path_;
     sqlite3* db_ = nullptr;
 };

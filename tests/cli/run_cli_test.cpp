@@ -245,8 +245,8 @@ TEST(RunCli, KilledMidRunThenResumedLosesAndRepeatsNothing) {
     while (std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         if (!std::filesystem::exists(db)) continue;
-        try {
-            experiments::Ledger l(db);
+        try {  // a watcher only reads (opening to write would take part in creating the file)
+            experiments::Ledger l(db, experiments::LedgerAccess::ReadOnly);
             const auto runs = l.runs();
             if (!runs.empty()) done = l.finishedItems(runs.front().runId).size();
         } catch (const std::exception&) {}

@@ -272,7 +272,7 @@ TEST(Ledger, AWriterBlockedPastTheBusyTimeoutIsRefusedNamingTheLedger) {
     sqlite3* other = nullptr;
     ASSERT_EQ(sqlite3_open(path.c_str(), &other), SQLITE_OK);
     ASSERT_EQ(sqlite3_exec(other, "DELETE FROM meta; BEGIN IMMEDIATE;", nullptr, nullptr, nullptr), SQLITE_OK);
-    expectError<FormatError>([&] { Ledger l(path); }, "l.db: SQLite error database is locked");
+    expectError<FormatError>([&] { Ledger l(path); }, "l.db: SQLite error: database is locked");
     sqlite3_exec(other, "ROLLBACK;", nullptr, nullptr, nullptr);
     sqlite3_close(other);
     EXPECT_NO_THROW(Ledger l(path));

@@ -14,6 +14,9 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <atomic>
+#include <thread>
+
 namespace kvscope::experiments {
 namespace {
 
@@ -141,6 +144,33 @@ TEST(LedgerSchema, VersionOneRoundTripsByteForByte) {
             EXPECT_EQ(sha256Hex(comparison.data(), comparison.size()), item.fingerprints.at("comparison"))
                 << item.itemId;
         }
+}
+
+TEST(LedgerSchema, WritersOpeningANewFileAtOnceAllGetTheSameLedger) {
+    // A run and a second writer (a resumed run, `ledger merge`, a test watching the file) may open a
+    // path that does not exist yet at the same moment: each must see one schema_version, not race to
+    // insert it (CI once saw "UNIQUE constraint failed: meta.key" kill a run this way).
+    constexpr int kRounds = 20, kWriters = 4;
+    test::TempDir dir;
+    for (int round = 0; round < kRounds; ++round) {
+        const std::string path = dir.file("new-" + std::to_string(round) + ".db");
+        std::atomic<bool> go{false};
+        std::vector<std::string> errors(kWriters);
+        std::vector<std::thread> writers;
+        for (int w = 0; w < kWriters; ++w)
+            writers.emplace_back([&, w] {
+                while (!go.load()) std::this_thread::yield();
+                try {
+                    Ledger ledger(path);
+                } catch (const std::exception& e) {
+                    errors[w] = e.what();
+                }
+            });
+        go = true;
+        for (auto& t : writers) t.join();
+        for (int w = 0; w < kWriters; ++w) EXPECT_EQ(errors[w], "") << "round " << round << ", writer " << w;
+        EXPECT_NO_THROW(Ledger(path, LedgerAccess::ReadOnly)) << "round " << round;
+    }
 }
 
 TEST(LedgerSchema, ADamagedRowIsRefusedNamingTheLedgerItemProtocolAndField) {
