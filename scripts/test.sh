@@ -40,9 +40,10 @@ done
 # The gates that need the whole default run (the README's and CI's): the C++ layout, checked with the
 # clang-format pinned in .venv (made for torch-pip), and the fuzz harnesses.
 if [ $# -eq 0 ]; then
-  # AddressSanitizer + UndefinedBehaviorSanitizer (the asan preset: -O1 with assertions; without Qt,
-  # so neither the GUI nor its suites are built: those run in dev and torch-pip) over the other
-  # suites. The malformed-input table (76 cases, each starting the instrumented executable: 471 s of
+  # AddressSanitizer + UndefinedBehaviorSanitizer (the asan preset: -O1 with assertions; undefined
+  # behaviour aborts, in the kvscope processes the CLI tests start too, whose stderr a passing test
+  # would not show; without Qt, so neither the GUI nor its suites are built: those run in dev and
+  # torch-pip) over the other suites. The malformed-input table (76 cases, each starting the instrumented executable: 471 s of
   # the stage's 1,775 test-seconds at -O0 on an AVX2-only Zen 3) runs in dev and torch-pip only; the
   # parsers it feeds are fuzzed under ASan + UBSan below. So do the `kvscope bench` tests that run
   # whole benches: their bandwidth and compute probes (arrays of 4x the L3, best of 5) took 192 of the
