@@ -43,13 +43,13 @@ if [ $# -eq 0 ]; then
   # AddressSanitizer + UndefinedBehaviorSanitizer (the asan preset: -O1 with assertions; undefined
   # behaviour aborts, in the kvscope processes the CLI tests start too, whose stderr a passing test
   # would not show; without Qt, so neither the GUI nor its suites are built: those run in dev and
-  # torch-pip) over the other suites. The malformed-input table (76 cases, each starting the instrumented executable: 471 s of
-  # the stage's 1,775 test-seconds at -O0 on an AVX2-only Zen 3) runs in dev and torch-pip only; the
-  # parsers it feeds are fuzzed under ASan + UBSan below. So do the `kvscope bench` tests that run
-  # whole benches: their bandwidth and compute probes (arrays of 4x the L3, best of 5) took 192 of the
-  # stage's 1,364 test-seconds on a Zen 4, and the decode-fetch test's two benches 118 of 1,195 on an
-  # Emerald Rapids (300 MiB L3), each the stage's slowest test; the bench tests that only count or
-  # size things run here. These cuts keep the cold run well inside the hour (README).
+  # torch-pip) over the other suites. The malformed-input table (76 cases, each starting the
+  # instrumented executable: 471 s of the stage's 1,775 test-seconds at -O0 on an AVX2-only Zen 3)
+  # runs in dev and torch-pip only; the parsers it feeds are fuzzed under ASan + UBSan below. So do
+  # the `kvscope bench` tests that run whole benches: their bandwidth and compute probes (arrays of
+  # 4x the L3, best of 5) took 192 of the stage's 1,364 test-seconds on a Zen 4, and the decode-fetch
+  # test's two benches 118 of 1,195 on an Emerald Rapids (300 MiB L3), each the stage's slowest
+  # test; the bench tests that only count or size things run here. These cuts keep the cold run well inside the hour (README).
   # `scripts/test.sh asan` runs every suite the asan preset builds.
   stage "building asan" "$root/scripts/setup.sh" asan
   stage "testing asan (core, experiments, cli but the malformed-input table and whole benches)" \
