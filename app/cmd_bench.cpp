@@ -61,6 +61,7 @@ nlohmann::json reportToJson(const BenchReport& r) {
              {"prefill_linears_at_compute_line_ms", positiveOrNull(1e3 * row.prefillLinearsAtComputeLineSeconds)},
              {"prefill_ceiling_of_torch_in_turn", positiveOrNull(row.prefillCeilingOfTorchInTurn)},
              {"decode_tokens_per_s", row.decodeTokensPerSecond},
+             {"decode_mean_tokens_per_s", row.decodeMeanTokensPerSecond},
              {"decode_mv_tokens_per_s", row.decodeMatrixVectorTokensPerSecond},
              {"rebuild_tokens_per_s", row.rebuildTokensPerSecond},
              {"prefill_over_rebuild", row.prefillTokensPerSecond / row.rebuildTokensPerSecond},
@@ -203,10 +204,10 @@ void printReport(const BenchReport& r) {
                     100.0 * row.decodeTokensPerSecond / row.boundTokensPerSecond);
     }
     std::printf(
-        "\ndecode: greedy steps after the prefill, in runs of %lld between read passes of the bound (the steps'\n"
-        "time alone). decode mv: the same with torch kernels and --decode-kernel mv. rebuild: the prompt's first\n"
-        "ids fed one forward per token (how audit and bridge rebuild torch-kernel trajectories); pf/rebld =\n"
-        "prefill over it.\n",
+        "\ndecode: greedy steps after the prefill, in runs of %lld between read passes of the bound, the median\n"
+        "run's steps over their time alone (every run's: mean ms below). decode mv: the same with torch kernels\n"
+        "and --decode-kernel mv. rebuild: the prompt's first ids fed one forward per token (how audit and bridge\n"
+        "rebuild torch-kernel trajectories); pf/rebld = prefill over it.\n",
         static_cast<long long>(kDecodeStepsBetweenReads));
     printPrefillsInTurn(r);
     std::string onHugePages;  // one figure per dtype: its kernel rows share the loaded weights
@@ -219,18 +220,20 @@ void printReport(const BenchReport& r) {
                        " (weights " + std::to_string(static_cast<int64_t>(row.weightBytesPerToken / 1e6)) + " MB)";
     }
     std::printf("memory on 2 MiB pages grown by loading the model: %s.\n", onHugePages.c_str());
-    std::printf("\n%-5s %-15s %12s %12s %12s %12s %14s %13s\n", "dtype", "kernels", "step ms", "linears ms",
-                "linears GB/s", "rest ms", "adj. read GB/s", "of adj. read");
+    std::printf("\n%-5s %-15s %10s %10s %12s %12s %10s %14s %13s\n", "dtype", "kernels", "step ms", "mean ms",
+                "linears ms", "linears GB/s", "rest ms", "adj. read GB/s", "of adj. read");
     for (const auto& row : r.rows) {
-        std::printf("%-5s %-15s %12.2f %12.2f %12.1f %12.2f %14.1f %12.0f%%\n", row.dtype.c_str(), row.kernels.c_str(),
-                    1e3 * row.decodeStepSeconds(), 1e3 * row.decodeLinearsSecondsPerStep,
-                    row.decodeLinearsBytesPerSecond() / 1e9, 1e3 * row.decodeRestSecondsPerStep,
-                    row.adjacentReadBytesPerSecond / 1e9, 100.0 * row.decodeFractionOfAdjacentReads);
+        std::printf("%-5s %-15s %10.2f %10.2f %12.2f %12.1f %10.2f %14.1f %12.0f%%\n", row.dtype.c_str(),
+                    row.kernels.c_str(), 1e3 * row.decodeStepSeconds(), 1e3 / row.decodeMeanTokensPerSecond,
+                    1e3 * row.decodeLinearsSecondsPerStep, row.decodeLinearsBytesPerSecond() / 1e9,
+                    1e3 * row.decodeRestSecondsPerStep, row.adjacentReadBytesPerSecond / 1e9,
+                    100.0 * row.decodeFractionOfAdjacentReads);
     }
     std::printf(
-        "A decode step (the mean of the decode above): its linear layers timed alone (the step's calls in its\n"
-        "order, weights from memory), and the rest (norms, RoPE, attention, cache writes, sampling, the threads'\n"
-        "hand-offs): a step less its linears timed right after it, both the median over up to %lld such pairs.\n"
+        "A decode step (the median run's, as above; mean ms: every run's steps over their time, stalls of the\n"
+        "VM's host included): its linear layers timed alone (the step's calls in its order, weights from\n"
+        "memory), and the rest (norms, RoPE, attention, cache writes, sampling, the threads' hand-offs): a step\n"
+        "less its linears timed right after it, both the median over up to %lld such pairs.\n"
         "adj. read: the read passes before and after each run of %lld decode steps, the larger; of adj. read: the\n"
         "run's weight stream against it (both the median over the runs): how close decode comes to what the\n"
         "memory gave while it ran.\n",

@@ -155,7 +155,9 @@ double rebuildRate(const Transformer& model, const std::vector<int64_t>& ids) {
 // came out at 113% of the bound (23 ms a step, when every pass of the run and the steps a second
 // later saw the usual 31-38 GB/s: the window had caught a fast phase of the VM's memory alone).
 struct DecodeRuns {
-    double tokensPerSecond = 0;  // every run's steps over their time (the passes and pauses apart)
+    // The median run's steps over its time, and every run's steps over their time (the passes and
+    // pauses apart).
+    double tokensPerSecond = 0, meanTokensPerSecond = 0;
     // The memory's read rate around each run (the larger of its two passes) and the run's weight
     // stream as a fraction of it, each the median over the runs.
     double adjacentRead = 0, fractionOfAdjacentReads = 0;
@@ -188,7 +190,8 @@ DecodeRuns decodeBetweenReads(const Transformer& model, const KvCache& cache, co
         fractions.push_back(stream / memory);
         before = after;
     }
-    return {static_cast<double>(steps) / seconds, median(reads), median(fractions), stepSeconds};
+    return {1 / median(stepSeconds), static_cast<double>(steps) / seconds, median(reads), median(fractions),
+            stepSeconds};
 }
 
 BenchRow measureRow(const Transformer& model, const std::vector<int64_t>& prompt, const BenchOptions& o,
@@ -217,6 +220,7 @@ BenchRow measureRow(const Transformer& model, const std::vector<int64_t>& prompt
     const DecodeRuns runs = decodeBetweenReads(model, cache, logits, o.decodeTokens, row.weightBytesPerToken, probe,
                                                row.adjacentReadPasses);
     row.decodeTokensPerSecond = runs.tokensPerSecond;
+    row.decodeMeanTokensPerSecond = runs.meanTokensPerSecond;
     row.adjacentReadBytesPerSecond = runs.adjacentRead;
     row.decodeFractionOfAdjacentReads = runs.fractionOfAdjacentReads;
     row.decodeRunStepSeconds = runs.stepSeconds;

@@ -47,9 +47,11 @@ struct BenchRow {
     // prefillOfTorchInTurn could be (0 without a torch row).
     double prefillLinearsAtComputeLineSeconds = 0, prefillCeilingOfTorchInTurn = 0;
     // Greedy steps in runs of kDecodeStepsBetweenReads between read passes that count towards the
-    // bound, so that the memory is probed within a few steps of each timed one: all the runs' steps
-    // over their time.
-    double decodeTokensPerSecond = 0;
+    // bound, so that the memory is probed within a few steps of each timed one: the median run's
+    // steps over its time, as the prefill is its trials' median and the bound the best pass, so that
+    // a run the VM's host stalled (decodeRunStepSeconds) does not stand for the kernels' speed; and
+    // all the runs' steps over their time, what a user waits, stalls included.
+    double decodeTokensPerSecond = 0, decodeMeanTokensPerSecond = 0;
     // A decode step's linear layers alone, timed in the step's order with the step's calls (one row,
     // weights from memory): the part of a step that streams weights. The rest is everything else: a
     // step's time less its linears', the linears timed right after the step (same memory rate).
@@ -65,7 +67,8 @@ struct BenchRow {
     // passes) and the steps' weight stream as a fraction of it, each the median over the runs.
     double adjacentReadBytesPerSecond = 0, decodeFractionOfAdjacentReads = 0;
     // Each of those runs' time over its steps, in run order: a run the VM's host slowed shows here
-    // (one step of 60-250 ms among ~30 ms ones), where the rate above only averages it in.
+    // (one step of 60-250 ms among ~30 ms ones; one run of 4 steps at 68.7 ms a step among 35-39 ms
+    // ones took a bf16 decode from 87% of the bound to 77% as a mean), which the mean averages in.
     std::vector<double> decodeRunStepSeconds;
     // Every pass around the row's decode runs (those of decode mv too): they count towards the bound.
     std::vector<double> adjacentReadPasses;
