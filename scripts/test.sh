@@ -49,7 +49,8 @@ if [ $# -eq 0 ]; then
   # the `kvscope bench` tests that run whole benches: their bandwidth and compute probes (arrays of
   # 4x the L3, best of 5) took 192 of the stage's 1,364 test-seconds on a Zen 4, and the decode-fetch
   # test's two benches 118 of 1,195 on an Emerald Rapids (300 MiB L3), each the stage's slowest
-  # test; the bench tests that only count or size things run here. These cuts keep the cold run well inside the hour (README).
+  # test; the bench tests that only count or size things run here. These cuts keep the cold run
+  # well inside the hour (README).
   # `scripts/test.sh asan` runs every suite the asan preset builds.
   stage "building asan" "$root/scripts/setup.sh" asan
   stage "testing asan (core, experiments, cli but the malformed-input table and whole benches)" \

@@ -302,11 +302,9 @@ void transposePairs(const RowPairs& rowPairs, const Store& store) {
 
 // Rows [0, rows) in tiles of R, laid out [tile][lane j][step t][row k] (zeros past the last row),
 // so that one lane's pass reads its steps' R broadcasts as one contiguous run. Where V transposes
-// 16 vectors in registers, a step's R rows become the 16 lanes' runs at once. The 16-lane branch
-// here and packPanel's repeat transposePairs' load-transpose-store on purpose: with one always-inlined
-// helper under all three, GCC addressed this function's stores otherwise (73 more instructions) and
-// packing 512 fp32 rows of 896 on the AVX-512 BF16 path took 258-262 us against 229-240 (Emerald
-// Rapids, three alternating runs).
+// 16 vectors in registers, a step's R rows become the 16 lanes' runs at once. This 16-lane branch and
+// packPanel's repeat transposePairs' body on purpose: shared through one always-inlined helper, 512
+// fp32 rows of 896 packed in 258-262 us against 229-240 (AVX-512 BF16 path, Emerald Rapids).
 template <typename V, int R, typename Order, typename Element>
 void packRows(const Element* x, int64_t rows, int64_t in, int64_t tile0, int64_t tile1, float* out) {
     const int64_t T = Order::steps(in);
