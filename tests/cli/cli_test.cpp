@@ -27,6 +27,13 @@ std::string shortBench() {
            "--no-kernel-figures";
 }
 
+// The middle of an odd number of values: their median, as the bench computes it.
+double middleOf(std::vector<double> values) {
+    EXPECT_EQ(values.size() % 2, 1u) << "an even count has no middle value";
+    std::sort(values.begin(), values.end());
+    return values[values.size() / 2];
+}
+
 void expectOneLineError(const test::CommandResult& r, const std::string& fragment) {
     EXPECT_NE(r.exitCode, 0);
     EXPECT_TRUE(r.out.empty()) << r.out;
@@ -109,20 +116,18 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
               "decode_fraction_of_adjacent_reads"})
             EXPECT_GT(row[key].get<double>(), 0.0) << key << " " << row.dump();
         // The prefill: the median of its timed trials.
-        std::vector<double> trials = row["prefill_trial_ms"].get<std::vector<double>>();
+        const auto trials = row["prefill_trial_ms"].get<std::vector<double>>();
         ASSERT_EQ(trials.size(), static_cast<std::size_t>(kPrefillTrials)) << row.dump();
-        std::sort(trials.begin(), trials.end());
-        EXPECT_NEAR(row["prefill_tokens_per_s"].get<double>(), 5 / (trials[trials.size() / 2] / 1e3),
+        EXPECT_NEAR(row["prefill_tokens_per_s"].get<double>(), 5 / (middleOf(trials) / 1e3),
                     1e-9 * row["prefill_tokens_per_s"].get<double>())
             << row.dump();
         // Each run's time over its steps. The row's step: the median run's (a run the VM's host stalled
         // does not count); its mean rate: every run's steps over their time.
         const auto runStepMs = row["decode_run_step_ms"].get<std::vector<double>>();
         ASSERT_EQ(runStepMs.size(), stepsInRun.size()) << row.dump();
-        std::vector<double> sortedRuns = runStepMs;
-        std::sort(sortedRuns.begin(), sortedRuns.end());
-        EXPECT_NEAR(row["decode_step_ms"].get<double>(), sortedRuns[1], 1e-9 * sortedRuns[1]) << row.dump();
-        EXPECT_NEAR(row["decode_tokens_per_s"].get<double>(), 1e3 / sortedRuns[1], 1e-9 * 1e3 / sortedRuns[1])
+        const double medianRunMs = middleOf(runStepMs);
+        EXPECT_NEAR(row["decode_step_ms"].get<double>(), medianRunMs, 1e-9 * medianRunMs) << row.dump();
+        EXPECT_NEAR(row["decode_tokens_per_s"].get<double>(), 1e3 / medianRunMs, 1e-9 * 1e3 / medianRunMs)
             << row.dump();
         double runsMs = 0;
         for (std::size_t run = 0; run < runStepMs.size(); ++run) runsMs += runStepMs[run] * stepsInRun[run];
@@ -163,17 +168,12 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
         for (std::size_t round = 0; round < inTurn.size(); ++round)
             EXPECT_NEAR(inTurn[round], torchMs[round] / rowMs[round], 1e-9 * inTurn[round]) << round << row.dump();
         static_assert(kPrefillRoundsInTurn % 2 == 1, "an odd count: the median is one round's ratio");
-        std::vector<double> sorted = inTurn;
-        std::sort(sorted.begin(), sorted.end());
-        EXPECT_EQ(row["prefill_of_torch_in_turn"].get<double>(), sorted[sorted.size() / 2]) << row.dump();
+        EXPECT_EQ(row["prefill_of_torch_in_turn"].get<double>(), middleOf(inTurn)) << row.dump();
         // The most the row could be: torch's median prefill over the row's linears alone at the line.
-        std::vector<double> torchSorted = torchMs;
-        std::sort(torchSorted.begin(), torchSorted.end());
         const double atLine = row["prefill_linears_at_compute_line_ms"].get<double>();
         EXPECT_GT(atLine, 0.0) << row.dump();
-        EXPECT_NEAR(row["prefill_ceiling_of_torch_in_turn"].get<double>(), torchSorted[torchSorted.size() / 2] / atLine,
-                    1e-9 * torchSorted[torchSorted.size() / 2] / atLine)
-            << row.dump();
+        const double ceiling = middleOf(torchMs) / atLine;
+        EXPECT_NEAR(row["prefill_ceiling_of_torch_in_turn"].get<double>(), ceiling, 1e-9 * ceiling) << row.dump();
     }
     // The same multiply-adds in both dtypes, at the pair order's rate in bf16 (5 rows keep VDPBF16PS
     // or its emulation) and the 16-lane order's in fp32.
