@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,17 +20,18 @@ std::string defaultCacheDir() {
     return "/tmp/kvscope-cache";
 }
 
-// A prefill row of the invariant kernels against their multiply-add rate in its order (bf16: the
-// pair order, or the FMAs' rate where the row took the pair order by FMAs on another path than the
-// best, kernels::pairsPathForRows); nothing for torch's kernels (other instructions, AMX included)
-// or a decode row, or a bf16 row in the tile order (AMX's rate is not measured).
-std::optional<double> fractionOfPeak(const BenchReport& r, const KernelRow& k) {
-    if (k.kernels == "torch" || k.rows == 1) return std::nullopt;
-    if (k.kernels == "invariant-tiles" && k.dtype == "bf16") return std::nullopt;
-    const bool pairRate = k.dtype == "bf16" && k.path == r.kernelPath;
-    const double peak = pairRate ? r.pairFlopsPerSecond : r.laneFlopsPerSecond;
-    if (peak <= 0) return std::nullopt;
-    return k.flopsPerSecond / peak;
+// A kernel row's rate over a compute line of its (KernelRow::peakFlopsPerSecond), or JSON null where
+// none applies.
+nlohmann::json fractionOf(const KernelRow& k, double line) {
+    return line > 0 ? nlohmann::json(k.flopsPerSecond / line) : nlohmann::json(nullptr);
+}
+
+// The same as a table cell, "-" where none applies.
+std::string percentOf(const KernelRow& k, double line) {
+    if (line <= 0) return "-";
+    char cell[16];
+    std::snprintf(cell, sizeof cell, "%.0f%%", 100.0 * k.flopsPerSecond / line);
+    return cell;
 }
 
 // An empty string as JSON null (a path or name that does not apply, or that this build cannot tell).
@@ -43,6 +43,13 @@ nlohmann::json positiveOrNull(double value) { return value > 0 ? nlohmann::json(
 std::vector<double> milliseconds(const std::vector<double>& seconds) {
     std::vector<double> out;
     for (const double s : seconds) out.push_back(1e3 * s);
+    return out;
+}
+
+// Divided as the single figures are (x / 1e9), so that a median of these is one of them exactly.
+std::vector<double> gigas(const std::vector<double>& perSecond) {
+    std::vector<double> out;
+    for (const double x : perSecond) out.push_back(x / 1e9);
     return out;
 }
 
@@ -60,6 +67,8 @@ nlohmann::json reportToJson(const BenchReport& r) {
              {"prefill_in_turn_ms", milliseconds(row.prefillInTurnSeconds)},
              {"prefill_linears_at_compute_line_ms", positiveOrNull(1e3 * row.prefillLinearsAtComputeLineSeconds)},
              {"prefill_ceiling_of_torch_in_turn", positiveOrNull(row.prefillCeilingOfTorchInTurn)},
+             {"prefill_compute_line_gflop_per_s", positiveOrNull(row.prefillComputeLineFlopsPerSecond / 1e9)},
+             {"prefill_in_turn_compute_line_gflop_per_s", gigas(row.prefillInTurnLineFlopsPerSecond)},
              {"decode_tokens_per_s", row.decodeTokensPerSecond},
              {"decode_mean_tokens_per_s", row.decodeMeanTokensPerSecond},
              {"decode_mv_tokens_per_s", row.decodeMatrixVectorTokensPerSecond},
@@ -78,7 +87,6 @@ nlohmann::json reportToJson(const BenchReport& r) {
              {"decode_adjacent_read_gb_per_s", row.adjacentReadBytesPerSecond / 1e9},
              {"decode_fraction_of_adjacent_reads", row.decodeFractionOfAdjacentReads}});
     for (const auto& k : r.kernelRows) {
-        const std::optional<double> fraction = fractionOfPeak(r, k);
         kernelRows.push_back({{"dtype", k.dtype},
                               {"kernels", k.kernels},
                               {"shape", k.shape},
@@ -89,7 +97,9 @@ nlohmann::json reportToJson(const BenchReport& r) {
                               {"seconds", k.seconds},
                               {"weight_gb_per_s", k.weightBytesPerSecond / 1e9},
                               {"gflop_per_s", k.flopsPerSecond / 1e9},
-                              {"fraction_of_peak", fraction ? nlohmann::json(*fraction) : nlohmann::json(nullptr)}});
+                              {"fraction_of_peak", fractionOf(k, k.peakFlopsPerSecond)},
+                              {"adjacent_peak_gflop_per_s", positiveOrNull(k.adjacentPeakFlopsPerSecond / 1e9)},
+                              {"fraction_of_adjacent_peak", fractionOf(k, k.adjacentPeakFlopsPerSecond)}});
     }
     return {{"model", r.modelDir},
             {"threads", r.threads},
@@ -141,8 +151,11 @@ void printPrefillsInTurn(const BenchReport& r) {
         std::printf("  %-5s %-15s %6.1f%%  (%s)", row.dtype.c_str(), row.kernels.c_str(),
                     100.0 * row.prefillOfTorchInTurn, rounds.c_str());
         if (row.prefillCeilingOfTorchInTurn > 0)
-            std::printf("; at most %.1f%%: its linears' multiply-adds alone take %.0f ms at the compute line",
-                        100.0 * row.prefillCeilingOfTorchInTurn, 1e3 * row.prefillLinearsAtComputeLineSeconds);
+            std::printf(
+                "; at most %.1f%%: its linears' multiply-adds alone take %.0f ms at the compute line around the "
+                "rounds (median %.1f GFLOP/s)",
+                100.0 * row.prefillCeilingOfTorchInTurn, 1e3 * row.prefillLinearsAtComputeLineSeconds,
+                row.prefillComputeLineFlopsPerSecond / 1e9);
         std::printf("\n");
     }
 }
@@ -239,21 +252,21 @@ void printReport(const BenchReport& r) {
         "memory gave while it ran.\n",
         static_cast<long long>(kStepLinearsPairs), static_cast<long long>(kDecodeStepsBetweenReads));
     if (r.kernelRows.empty()) return;
-    std::printf("\n%-5s %-15s %-10s %-10s %5s %7s %7s %10s %10s %10s %8s\n", "dtype", "kernels", "path", "linear",
-                "rows", "in", "out", "ms", "GB/s", "GFLOP/s", "of peak");
+    std::printf("\n%-5s %-15s %-10s %-10s %5s %7s %7s %10s %10s %10s %8s %8s\n", "dtype", "kernels", "path", "linear",
+                "rows", "in", "out", "ms", "GB/s", "GFLOP/s", "of peak", "of adj.");
     for (const auto& k : r.kernelRows) {
-        char peak[16] = "-";
-        if (const auto fraction = fractionOfPeak(r, k)) std::snprintf(peak, sizeof peak, "%.0f%%", 100.0 * *fraction);
-        std::printf("%-5s %-15s %-10s %-10s %5lld %7lld %7lld %10.3f %10.1f %10.1f %8s\n", k.dtype.c_str(),
+        std::printf("%-5s %-15s %-10s %-10s %5lld %7lld %7lld %10.3f %10.1f %10.1f %8s %8s\n", k.dtype.c_str(),
                     k.kernels.c_str(), k.path.empty() ? "-" : k.path.c_str(), k.shape.c_str(),
                     static_cast<long long>(k.rows), static_cast<long long>(k.in), static_cast<long long>(k.out),
-                    k.seconds * 1e3, k.weightBytesPerSecond / 1e9, k.flopsPerSecond / 1e9, peak);
+                    k.seconds * 1e3, k.weightBytesPerSecond / 1e9, k.flopsPerSecond / 1e9,
+                    percentOf(k, k.peakFlopsPerSecond).c_str(), percentOf(k, k.adjacentPeakFlopsPerSecond).c_str());
     }
     std::printf(
         "GB/s: weight bytes read per second (what bounds rows = 1; timed calls repeat, so a layer's weights come\n"
         "from the caches, and the lm_head's too where the last-level cache holds them); GFLOP/s: what bounds a\n"
-        "prefill; of peak: against the compute line above (not for invariant-tiles' bf16 rows: AMX's rate is not\n"
-        "measured).\n");
+        "prefill; of peak: against the compute line above, in the order the row's path takes (not for\n"
+        "invariant-tiles' bf16 rows: AMX's rate is not measured); of adj.: against that line's passes right\n"
+        "before and after the row's calls, the larger (the VM's rate moves within minutes).\n");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <deque>
 #include <filesystem>
@@ -241,6 +242,28 @@ BenchRow measureRow(const Transformer& model, const std::vector<int64_t>& prompt
     return row;
 }
 
+// Which of the invariant kernels' multiply-add rates bounds a linear computed on `path`: the pair
+// order's where bf16 rows take it on the best path (VDPBF16PS, or its emulation where that is the
+// best), the FMAs' otherwise (fp32, or the pair order by FMAs on packed copies); none for torch's
+// kernels and AMX's tile order, whose rates are not measured.
+enum class ComputeLine { None, PairOrder, LaneOrder };
+ComputeLine computeLineOn(const Transformer& model, const std::string& path) {
+    const Kernels kernels = model.numerics().kernels;
+    const bool bf16 = model.dtype() == torch::kBFloat16;
+    if (kernels == Kernels::Torch || (bf16 && kernels == Kernels::InvariantTiles)) return ComputeLine::None;
+    return bf16 && path == kernels::isaName(kernels::bestIsa()) ? ComputeLine::PairOrder : ComputeLine::LaneOrder;
+}
+
+double runLine(const BenchReport& r, ComputeLine line) {
+    if (line == ComputeLine::None) return 0;
+    return line == ComputeLine::PairOrder ? r.pairFlopsPerSecond : r.laneFlopsPerSecond;
+}
+
+// One pass of the line, now (about 60 ms a thread on AVX-512).
+double lineNow(ComputeLine line) {
+    return line == ComputeLine::None ? 0 : measureMultiplyAdds(line == ComputeLine::PairOrder, 1);
+}
+
 // A kernel row's time (best of a few calls after one warm-up call) and its rates.
 template <typename Call>
 void timeCalls(KernelRow& row, const torch::Tensor& w, const Call& call) {
@@ -267,8 +290,8 @@ std::string invariantPath(const Transformer& model, int64_t rows, kernels::Linea
     return kernels::isaName(kernels::pairsPathForRows(best, rows));
 }
 
-// The model's linear shapes, each timed alone.
-std::vector<KernelRow> measureKernels(const Transformer& model, int64_t prefillRows) {
+// The model's linear shapes, each timed alone; a prefill row between two passes of its line.
+std::vector<KernelRow> measureKernels(const BenchReport& report, const Transformer& model, int64_t prefillRows) {
     const LayerWeights& l = model.weights().layers.front();
     const std::vector<std::pair<std::string, torch::Tensor>> shapes = {
         {"q_proj", l.wq},       {"k_proj", l.wk},       {"o_proj", l.wo},
@@ -293,7 +316,11 @@ std::vector<KernelRow> measureKernels(const Transformer& model, int64_t prefillR
                 return model.invariant() ? kernels::linear(x, w, {}, model.dtype(), kernels::bestIsa(), order)
                                          : torch::linear(x, w);
             };
+            const ComputeLine line = n > 1 && model.invariant() ? computeLineOn(model, row.path) : ComputeLine::None;
+            row.peakFlopsPerSecond = runLine(report, line);
+            const double before = lineNow(line);
             timeCalls(row, w, call);
+            row.adjacentPeakFlopsPerSecond = std::max(before, lineNow(line));
             rows.push_back(row);
         }
     }
@@ -323,36 +350,56 @@ double prefillLinearFlops(const ModelConfig& c, int64_t rows, bool lastLayerOnLa
 }
 
 namespace {
-// BenchRow::prefillLinearsAtComputeLineSeconds for `model`: the pair order's rate where a bf16
-// prefill's linears take VDPBF16PS, the FMAs' otherwise (fp32, or the pair order by FMAs).
-double linearsAtComputeLine(const BenchReport& r, const Transformer& model, int64_t rows) {
-    const Kernels kernels = model.numerics().kernels;
-    const bool bf16 = model.dtype() == torch::kBFloat16;
-    if (kernels == Kernels::Torch || (bf16 && kernels == Kernels::InvariantTiles)) return 0;
-    const double rate = bf16 && r.prefillPairPath == r.kernelPath ? r.pairFlopsPerSecond : r.laneFlopsPerSecond;
+// The line that bounds `model`'s prefill: its linears' path's (prefillPairPath for a
+// bf16 model's pair order).
+ComputeLine prefillLine(const BenchReport& r, const Transformer& model) {
+    return computeLineOn(model, model.dtype() == torch::kBFloat16 ? r.prefillPairPath : r.kernelPath);
+}
+
+// BenchRow::prefillLinearsAtComputeLineSeconds for `model` at `rate` (0: not measured).
+double linearsAtLine(const Transformer& model, int64_t rows, double rate) {
     return rate > 0 ? prefillLinearFlops(model.config(), rows, true) / rate : 0;
 }
 }  // namespace
 
 // rows[i]'s prefill against torch kernels' (models[torchAt]) in turn (BenchRow::prefillInTurnOfTorch):
-// every round times each model once, in the run's order, after an untimed round.
-void comparePrefillsInTurn(const std::deque<Transformer>& models, std::size_t torchAt,
+// every round times each model once, in the run's order, after an untimed round; a pass of each
+// row's compute line before the first round and after every round.
+void comparePrefillsInTurn(const BenchReport& report, const std::deque<Transformer>& models, std::size_t torchAt,
                            const std::vector<int64_t>& prompt, const BenchOptions& o, BenchRow* rows) {
+    std::vector<ComputeLine> lines;
+    for (const Transformer& model : models) lines.push_back(prefillLine(report, model));
+    // A pass of each line some row takes (indexed by ComputeLine), now.
+    auto passOfEachLine = [&] {
+        std::array<double, 3> pass{};
+        for (const ComputeLine line : lines)
+            if (pass[static_cast<std::size_t>(line)] == 0) pass[static_cast<std::size_t>(line)] = lineNow(line);
+        return pass;
+    };
+    std::array<double, 3> before{};
     for (int round = -1; round < kPrefillRoundsInTurn; ++round) {
         std::vector<double> seconds;
         for (const Transformer& model : models) seconds.push_back(timedPrefill(model, prompt, o));
-        if (round < 0) continue;  // the untimed round
-        for (std::size_t i = 0; i < models.size(); ++i) {
+        const std::array<double, 3> after = passOfEachLine();
+        for (std::size_t i = 0; round >= 0 && i < models.size(); ++i) {  // round -1: untimed
             rows[i].prefillInTurnSeconds.push_back(seconds[i]);
-            if (i != torchAt) rows[i].prefillInTurnOfTorch.push_back(seconds[torchAt] / seconds[i]);
+            if (i == torchAt) continue;
+            rows[i].prefillInTurnOfTorch.push_back(seconds[torchAt] / seconds[i]);
+            const auto line = static_cast<std::size_t>(lines[i]);
+            if (lines[i] != ComputeLine::None)
+                rows[i].prefillInTurnLineFlopsPerSecond.push_back(std::max(before[line], after[line]));
         }
+        before = after;
     }
     const double torchSeconds = median(rows[torchAt].prefillInTurnSeconds);
     for (std::size_t i = 0; i < models.size(); ++i) {
         if (i == torchAt) continue;
         rows[i].prefillOfTorchInTurn = median(rows[i].prefillInTurnOfTorch);
-        if (rows[i].prefillLinearsAtComputeLineSeconds > 0)
-            rows[i].prefillCeilingOfTorchInTurn = torchSeconds / rows[i].prefillLinearsAtComputeLineSeconds;
+        if (rows[i].prefillInTurnLineFlopsPerSecond.empty()) continue;
+        rows[i].prefillComputeLineFlopsPerSecond = median(rows[i].prefillInTurnLineFlopsPerSecond);
+        rows[i].prefillLinearsAtComputeLineSeconds =
+            linearsAtLine(models[i], o.promptTokens, rows[i].prefillComputeLineFlopsPerSecond);
+        rows[i].prefillCeilingOfTorchInTurn = torchSeconds / rows[i].prefillLinearsAtComputeLineSeconds;
     }
 }
 
@@ -422,20 +469,23 @@ BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const s
                 models.emplace_back(loaded.config(), loaded.weights(), dtype, o.device, numerics);
             log("measuring memory bandwidth again (" + std::to_string(kLaterBandwidthPasses) + " passes)");
             probeBandwidth(kLaterBandwidthPasses);
-            report.rows.push_back(measureRow(model, prompt, o, probe, log));
-            countReadPasses(report.rows.back().adjacentReadPasses);
-            report.rows.back().weightBytesOnHugePages = weightsOnHugePages;
-            report.rows.back().prefillLinearsAtComputeLineSeconds = linearsAtComputeLine(report, model, o.promptTokens);
+            BenchRow& row = report.rows.emplace_back(measureRow(model, prompt, o, probe, log));
+            countReadPasses(row.adjacentReadPasses);
+            row.weightBytesOnHugePages = weightsOnHugePages;
+            row.prefillComputeLineFlopsPerSecond = runLine(report, prefillLine(report, model));
+            row.prefillLinearsAtComputeLineSeconds =
+                linearsAtLine(model, o.promptTokens, row.prefillComputeLineFlopsPerSecond);
             if (o.kernelFigures) {
                 log("kernel figures (" + dtypeName(dtype) + ", " + kernelsName(k) + ")");
-                for (const auto& row : measureKernels(model, o.promptTokens)) report.kernelRows.push_back(row);
+                for (const KernelRow& kernelRow : measureKernels(report, model, o.promptTokens))
+                    report.kernelRows.push_back(kernelRow);
             }
         }
         const auto torchAt = std::find(o.kernels.begin(), o.kernels.end(), Kernels::Torch);
         if (torchAt != o.kernels.end() && o.kernels.size() > 1) {
             log("prefill under each kernel choice in turn, " + std::to_string(kPrefillRoundsInTurn) +
                 " rounds after an untimed one (" + dtypeName(dtype) + ")");
-            comparePrefillsInTurn(models, static_cast<std::size_t>(torchAt - o.kernels.begin()), prompt, o,
+            comparePrefillsInTurn(report, models, static_cast<std::size_t>(torchAt - o.kernels.begin()), prompt, o,
                                   report.rows.data() + firstRow);
         }
         const double bytes = weightBytes(loaded);

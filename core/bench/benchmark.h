@@ -42,10 +42,18 @@ struct BenchRow {
     std::vector<double> prefillInTurnSeconds, prefillInTurnOfTorch;
     double prefillOfTorchInTurn = 0;
     // What bounds an invariant prefill: its linears' multiply-adds (prefillLinearFlops) alone at the
-    // run's compute line in the order they take (0 where that rate is not measured: torch kernels,
-    // AMX's tile order), and torch's median prefill in turn over that time, the most this row's
-    // prefillOfTorchInTurn could be (0 without a torch row).
-    double prefillLinearsAtComputeLineSeconds = 0, prefillCeilingOfTorchInTurn = 0;
+    // compute line in the order they take (0 where that rate is not measured: torch kernels, AMX's
+    // tile order), and torch's median prefill in turn over that time, the most this row's
+    // prefillOfTorchInTurn could be (0 without a torch row). The line (prefillComputeLineFlopsPerSecond)
+    // is the median of prefillInTurnLineFlopsPerSecond where the rounds in turn ran, the run's
+    // (BenchReport) otherwise.
+    double prefillLinearsAtComputeLineSeconds = 0, prefillCeilingOfTorchInTurn = 0,
+           prefillComputeLineFlopsPerSecond = 0;
+    // The compute line around each round in turn: a pass right before the round and one right after
+    // it, the larger. A VM's arithmetic rate moves as its memory's does: the run's line, measured once
+    // at its start, read 227-419 GFLOP/s (2 threads) in six runs over two days on one Emerald Rapids
+    // VM, and a plain FMA loop 176-220 a core within one hour.
+    std::vector<double> prefillInTurnLineFlopsPerSecond;
     // Greedy steps in runs of kDecodeStepsBetweenReads between read passes that count towards the
     // bound, so that the memory is probed within a few steps of each timed one: the median run's
     // steps over its time, as the prefill is its trials' median and the bound the best pass, so that
@@ -85,6 +93,10 @@ struct KernelRow {
     int64_t rows = 0, in = 0, out = 0;
     double seconds = 0;
     double weightBytesPerSecond = 0, flopsPerSecond = 0;
+    // The invariant kernels' compute line in the order this row's path takes, for a prefill row (0
+    // otherwise: torch's kernels, AMX's tile order, a decode row, which streams weights): the run's
+    // (BenchReport), and the larger of a pass right before its timed calls and one right after.
+    double peakFlopsPerSecond = 0, adjacentPeakFlopsPerSecond = 0;
 };
 
 struct BenchReport {

@@ -156,6 +156,8 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
             EXPECT_TRUE(row["prefill_of_torch_in_turn"].is_null()) << row.dump();
             EXPECT_TRUE(row["prefill_linears_at_compute_line_ms"].is_null()) << row.dump();
             EXPECT_TRUE(row["prefill_ceiling_of_torch_in_turn"].is_null()) << row.dump();
+            EXPECT_TRUE(row["prefill_compute_line_gflop_per_s"].is_null()) << row.dump();
+            EXPECT_TRUE(row["prefill_in_turn_compute_line_gflop_per_s"].empty()) << row.dump();
             continue;
         }
         const auto torchRow = std::find_if(j["rows"].begin(), j["rows"].end(), [&](const auto& other) {
@@ -169,35 +171,47 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
             EXPECT_NEAR(inTurn[round], torchMs[round] / rowMs[round], 1e-9 * inTurn[round]) << round << row.dump();
         static_assert(kPrefillRoundsInTurn % 2 == 1, "an odd count: the median is one round's ratio");
         EXPECT_EQ(row["prefill_of_torch_in_turn"].get<double>(), middleOf(inTurn)) << row.dump();
-        // The most the row could be: torch's median prefill over the row's linears alone at the line.
+        // The most the row could be: torch's median prefill over the row's linears alone at the line,
+        // the median of the line's passes around each round.
+        const auto lines = row["prefill_in_turn_compute_line_gflop_per_s"].get<std::vector<double>>();
+        ASSERT_EQ(lines.size(), static_cast<std::size_t>(kPrefillRoundsInTurn)) << row.dump();
+        for (const double line : lines) EXPECT_GT(line, 0.0) << row.dump();
+        EXPECT_EQ(row["prefill_compute_line_gflop_per_s"].get<double>(), middleOf(lines)) << row.dump();
         const double atLine = row["prefill_linears_at_compute_line_ms"].get<double>();
         EXPECT_GT(atLine, 0.0) << row.dump();
         const double ceiling = middleOf(torchMs) / atLine;
         EXPECT_NEAR(row["prefill_ceiling_of_torch_in_turn"].get<double>(), ceiling, 1e-9 * ceiling) << row.dump();
     }
-    // The same multiply-adds in both dtypes, at the pair order's rate in bf16 (5 rows keep VDPBF16PS
-    // or its emulation) and the 16-lane order's in fp32.
+    // The same multiply-adds in both dtypes, each at its own line.
     const auto invariantRow = [&](const char* dtype) {
         for (const auto& row : j["rows"])
             if (row["dtype"] == dtype && row["kernels"] == "invariant") return row;
         return nlohmann::json();
     };
-    const double bf16AtLine = invariantRow("bf16")["prefill_linears_at_compute_line_ms"].get<double>();
-    const double fp32AtLine = invariantRow("fp32")["prefill_linears_at_compute_line_ms"].get<double>();
-    EXPECT_NEAR(bf16AtLine * j["peak_pair_order_gflop_per_s"].get<double>(),
-                fp32AtLine * j["peak_lane_order_gflop_per_s"].get<double>(),
-                1e-9 * fp32AtLine * j["peak_lane_order_gflop_per_s"].get<double>());
+    const auto linearFlops = [&](const char* dtype) {
+        const auto row = invariantRow(dtype);
+        return row["prefill_linears_at_compute_line_ms"].get<double>() *
+               row["prefill_compute_line_gflop_per_s"].get<double>();
+    };
+    EXPECT_NEAR(linearFlops("bf16"), linearFlops("fp32"), 1e-9 * linearFlops("fp32"));
     // Six shapes at one row and five (no lm_head) at the prompt's rows, for each of the four rows above;
     // the invariant kernels' prefill rows against their multiply-add rate, nothing else.
     EXPECT_EQ(j["kernel_rows"].size(), 4u * 11u);
     EXPECT_EQ(j["invariant_prefill_pair_path"], kernels::isaName(kernels::pairsPathForRows(kernels::bestIsa(), 5)));
+    // Each against the run's line in the order its path takes (bf16: the pair order's where the path
+    // is the best one, VDPBF16PS or its emulation; the FMAs' otherwise) and its own passes of it.
     for (const auto& k : j["kernel_rows"]) {
         EXPECT_EQ(k["path"].is_string(), k["kernels"] == "invariant") << k.dump();
         const bool measured = k["kernels"] == "invariant" && k["rows"].get<int>() > 1;
         EXPECT_EQ(k["fraction_of_peak"].is_number(), measured) << k.dump();
-        if (measured) {
-            EXPECT_GT(k["fraction_of_peak"].get<double>(), 0.0) << k.dump();
-        }
+        EXPECT_EQ(k["fraction_of_adjacent_peak"].is_number(), measured) << k.dump();
+        EXPECT_EQ(k["adjacent_peak_gflop_per_s"].is_number(), measured) << k.dump();
+        if (!measured) continue;
+        const bool pairLine = k["dtype"] == "bf16" && k["path"] == j["invariant_kernel_path"];
+        const double peak = j[pairLine ? "peak_pair_order_gflop_per_s" : "peak_lane_order_gflop_per_s"].get<double>();
+        const double rate = k["gflop_per_s"].get<double>(), adjacent = k["adjacent_peak_gflop_per_s"].get<double>();
+        EXPECT_NEAR(k["fraction_of_peak"].get<double>(), rate / peak, 1e-9 * rate / peak) << k.dump();
+        EXPECT_NEAR(k["fraction_of_adjacent_peak"].get<double>(), rate / adjacent, 1e-9 * rate / adjacent) << k.dump();
     }
     // The tile order's bf16 rows: on AMX where the CPU lends it, else on the reference; no peak.
     const auto tiles = runCli("bench --model " + model() +
@@ -212,6 +226,7 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
         if (k["shape"] == "lm_head") continue;  // the pair order's (Transformer::head)
         EXPECT_EQ(k["path"], kernels::bestTilePath() == kernels::TilePath::Amx ? "amx" : "scalar") << k.dump();
         EXPECT_TRUE(k["fraction_of_peak"].is_null()) << k.dump();
+        EXPECT_TRUE(k["fraction_of_adjacent_peak"].is_null()) << k.dump();
     }
     const auto only =
         runCli("bench --model " + model() +
@@ -226,6 +241,10 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
     EXPECT_TRUE(k["rows"][0]["prefill_of_torch_in_turn"].is_null()) << k.dump();
     EXPECT_TRUE(k["rows"][0]["prefill_in_turn_of_torch"].empty()) << k.dump();
     EXPECT_TRUE(k["rows"][0]["prefill_in_turn_ms"].empty()) << k.dump();
+    // Its linears then at the run's line.
+    const bool pairLine = k["invariant_prefill_pair_path"] == k["invariant_kernel_path"];
+    const double runLine = k[pairLine ? "peak_pair_order_gflop_per_s" : "peak_lane_order_gflop_per_s"].get<double>();
+    EXPECT_EQ(k["rows"][0]["prefill_compute_line_gflop_per_s"].get<double>(), runLine) << k.dump();
 }
 
 TEST(Cli, BenchCountsAPrefillsLinearMultiplyAdds) {
