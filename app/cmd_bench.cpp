@@ -20,8 +20,8 @@ std::string defaultCacheDir() {
     return "/tmp/kvscope-cache";
 }
 
-// A kernel row's rate over a compute line of its (KernelRow::peakFlopsPerSecond), or JSON null where
-// none applies.
+// A kernel row's rate over one of its compute lines (KernelRow's peakFlopsPerSecond or
+// adjacentPeakFlopsPerSecond), or JSON null where none applies (0).
 nlohmann::json fractionOf(const KernelRow& k, double line) {
     return line > 0 ? nlohmann::json(k.flopsPerSecond / line) : nlohmann::json(nullptr);
 }
