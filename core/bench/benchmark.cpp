@@ -247,6 +247,7 @@ BenchRow measureRow(const Transformer& model, const std::vector<int64_t>& prompt
 // best), the FMAs' otherwise (fp32, or the pair order by FMAs on packed copies); none for torch's
 // kernels and AMX's tile order, whose rates are not measured.
 enum class ComputeLine { None, PairOrder, LaneOrder };
+constexpr std::size_t kComputeLines = 3;  // one figure per ComputeLine, indexed by it
 ComputeLine computeLineOn(const Transformer& model, const std::string& path) {
     const Kernels kernels = model.numerics().kernels;
     const bool bf16 = model.dtype() == torch::kBFloat16;
@@ -356,9 +357,10 @@ ComputeLine prefillLine(const BenchReport& r, const Transformer& model) {
     return computeLineOn(model, model.dtype() == torch::kBFloat16 ? r.prefillPairPath : r.kernelPath);
 }
 
-// BenchRow::prefillLinearsAtComputeLineSeconds for `model` at `rate` (0: not measured).
-double linearsAtLine(const Transformer& model, int64_t rows, double rate) {
-    return rate > 0 ? prefillLinearFlops(model.config(), rows, true) / rate : 0;
+// The row's compute line (0: not measured) and its linears' time at it, a prefill of `rows` rows.
+void setComputeLine(BenchRow& row, const Transformer& model, int64_t rows, double line) {
+    row.prefillComputeLineFlopsPerSecond = line;
+    row.prefillLinearsAtComputeLineSeconds = line > 0 ? prefillLinearFlops(model.config(), rows, true) / line : 0;
 }
 }  // namespace
 
@@ -371,24 +373,25 @@ void comparePrefillsInTurn(const BenchReport& report, const std::deque<Transform
     for (const Transformer& model : models) lines.push_back(prefillLine(report, model));
     // A pass of each line some row takes (indexed by ComputeLine), now.
     auto passOfEachLine = [&] {
-        std::array<double, 3> pass{};
+        std::array<double, kComputeLines> pass{};
         for (const ComputeLine line : lines)
             if (pass[static_cast<std::size_t>(line)] == 0) pass[static_cast<std::size_t>(line)] = lineNow(line);
         return pass;
     };
-    std::array<double, 3> before{};
+    std::array<double, kComputeLines> before{};
     for (int round = -1; round < kPrefillRoundsInTurn; ++round) {
         std::vector<double> seconds;
         for (const Transformer& model : models) seconds.push_back(timedPrefill(model, prompt, o));
-        const std::array<double, 3> after = passOfEachLine();
-        for (std::size_t i = 0; round >= 0 && i < models.size(); ++i) {  // round -1: untimed
-            rows[i].prefillInTurnSeconds.push_back(seconds[i]);
-            if (i == torchAt) continue;
-            rows[i].prefillInTurnOfTorch.push_back(seconds[torchAt] / seconds[i]);
-            const auto line = static_cast<std::size_t>(lines[i]);
-            if (lines[i] != ComputeLine::None)
-                rows[i].prefillInTurnLineFlopsPerSecond.push_back(std::max(before[line], after[line]));
-        }
+        const std::array<double, kComputeLines> after = passOfEachLine();
+        if (round >= 0)  // round -1 is untimed: its pass is only the first round's `before`
+            for (std::size_t i = 0; i < models.size(); ++i) {
+                rows[i].prefillInTurnSeconds.push_back(seconds[i]);
+                if (i == torchAt) continue;
+                rows[i].prefillInTurnOfTorch.push_back(seconds[torchAt] / seconds[i]);
+                const auto line = static_cast<std::size_t>(lines[i]);
+                if (lines[i] != ComputeLine::None)
+                    rows[i].prefillInTurnLineFlopsPerSecond.push_back(std::max(before[line], after[line]));
+            }
         before = after;
     }
     const double torchSeconds = median(rows[torchAt].prefillInTurnSeconds);
@@ -396,9 +399,7 @@ void comparePrefillsInTurn(const BenchReport& report, const std::deque<Transform
         if (i == torchAt) continue;
         rows[i].prefillOfTorchInTurn = median(rows[i].prefillInTurnOfTorch);
         if (rows[i].prefillInTurnLineFlopsPerSecond.empty()) continue;
-        rows[i].prefillComputeLineFlopsPerSecond = median(rows[i].prefillInTurnLineFlopsPerSecond);
-        rows[i].prefillLinearsAtComputeLineSeconds =
-            linearsAtLine(models[i], o.promptTokens, rows[i].prefillComputeLineFlopsPerSecond);
+        setComputeLine(rows[i], models[i], o.promptTokens, median(rows[i].prefillInTurnLineFlopsPerSecond));
         rows[i].prefillCeilingOfTorchInTurn = torchSeconds / rows[i].prefillLinearsAtComputeLineSeconds;
     }
 }
@@ -472,9 +473,7 @@ BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const s
             BenchRow& row = report.rows.emplace_back(measureRow(model, prompt, o, probe, log));
             countReadPasses(row.adjacentReadPasses);
             row.weightBytesOnHugePages = weightsOnHugePages;
-            row.prefillComputeLineFlopsPerSecond = runLine(report, prefillLine(report, model));
-            row.prefillLinearsAtComputeLineSeconds =
-                linearsAtLine(model, o.promptTokens, row.prefillComputeLineFlopsPerSecond);
+            setComputeLine(row, model, o.promptTokens, runLine(report, prefillLine(report, model)));
             if (o.kernelFigures) {
                 log("kernel figures (" + dtypeName(dtype) + ", " + kernelsName(k) + ")");
                 for (const KernelRow& kernelRow : measureKernels(report, model, o.promptTokens))
