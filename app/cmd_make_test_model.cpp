@@ -45,6 +45,8 @@ void addMakeTestModelCommand(CLI::App& app) {
     cmd->add_option("--rope-theta", o->spec.ropeTheta);
     cmd->add_flag("--llama3-rope-scaling", o->spec.llama3RopeScaling, "Write rope_scaling of type llama3");
     cmd->add_flag("--tie-embeddings", o->spec.tieWordEmbeddings, "tie_word_embeddings = true");
+    cmd->add_flag("--attention-bias", o->spec.attentionBias,
+                  "attention_bias = true: q/k/v/o biases (llama, qwen3; qwen2 always has q/k/v biases)");
     cmd->add_option("--dtype", o->dtype, "Storage dtype: fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
     cmd->add_option("--shards", o->spec.shards, "Write N shards + model.safetensors.index.json")->check(kPositive);
     addThreadsOption(cmd, o->threads);

@@ -34,6 +34,7 @@ std::vector<ExpectedTensor> expectedTensors(const ModelConfig& c) {
             out.push_back({p + "self_attn.k_norm.weight", {D}});
         }
         out.push_back({p + "self_attn.o_proj.weight", {H, qDim}});
+        if (c.outputBias) out.push_back({p + "self_attn.o_proj.bias", {H}});
         out.push_back({p + "post_attention_layernorm.weight", {H}});
         out.push_back({p + "mlp.gate_proj.weight", {I, H}});
         out.push_back({p + "mlp.up_proj.weight", {I, H}});

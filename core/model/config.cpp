@@ -5,6 +5,7 @@
 #include "core/util/error.h"
 #include "core/util/limits.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -29,7 +30,11 @@ using namespace limits;
 
 class Fields {
 public:
-    Fields(const json& j, const std::string& source) : j_(j), source_(source) {}
+    // `prefix` is the path of a nested object ("rope_parameters."), so errors name the whole field.
+    Fields(const json& j, const std::string& source, std::string prefix = "")
+        : j_(j), source_(source), prefix_(std::move(prefix)) {}
+
+    bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
 
     // Sizes are bounded before anything is allocated from them: a config.json claiming 10^9 layers
     // must be an error, not an hour of building tensor names until memory runs out.
@@ -76,8 +81,9 @@ public:
         return ids;
     }
     [[noreturn]] void fail(const std::string& key, const std::string& what) const {
-        throw ConfigError(source_ + ": field '" + key + "' " + what);
+        throw ConfigError(source_ + ": field '" + prefix_ + key + "' " + what);
     }
+    const std::string& source() const { return source_; }
 
 private:
     int64_t positiveInt(const char* key, int64_t most) const {
@@ -90,6 +96,7 @@ private:
     }
     const json& j_;
     std::string source_;
+    std::string prefix_;
 };
 
 Architecture parseArchitecture(const json& j, const Fields& f) {
@@ -106,30 +113,103 @@ Architecture parseArchitecture(const json& j, const Fields& f) {
                "', which kvscope does not support (expected Qwen2ForCausalLM, LlamaForCausalLM or Qwen3ForCausalLM)");
 }
 
-RopeScaling parseRopeScaling(const json& j, const Fields& f) {
-    RopeScaling s;
-    if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return s;
-    const json& r = j["rope_scaling"];
-    if (!r.is_object()) f.fail("rope_scaling", "must be null or an object");
-    Fields rf(r, "rope_scaling");
-    std::string type = rf.optionalString("rope_type", rf.optionalString("type", ""));
-    if (type == "default" || type.empty()) return s;
-    if (type != "llama3")
-        f.fail("rope_scaling", "has rope_type '" + type + "'; kvscope supports none/default and 'llama3'");
-    s.type = "llama3";
-    s.factor = rf.optionalPositive("factor", 8.0);
-    s.lowFreqFactor = rf.optionalPositive("low_freq_factor", 1.0);
-    s.highFreqFactor = rf.optionalPositive("high_freq_factor", 4.0);
-    s.originalMaxPositionEmbeddings = rf.optionalInt("original_max_position_embeddings", 8192, kMaxPositions);
-    return s;
+// What transformers 5 does with the RoPE fields (modeling_rope_utils.py, convert_rope_params_to_dict
+// and standardize_rope_params): the parameters are `rope_scaling` (4.x's name) when that is set, else
+// `rope_parameters` (5.x's); the base is their rope_theta, else the top-level rope_theta, else
+// 10000; llama3's original_max_position_embeddings is a top-level one when present, else theirs, else
+// max_position_embeddings. Keys kvscope does not implement are refused, not ignored.
+std::string joined(const std::vector<std::string>& words) {
+    std::string list;
+    for (const auto& w : words) list += (list.empty() ? "" : ", ") + w;
+    return list;
+}
+
+struct RopeFields {
+    const json* object = nullptr;  // null: neither field is set
+    std::string name;              // "rope_scaling" or "rope_parameters"
+};
+
+RopeFields ropeFieldsOf(const json& j, const Fields& f) {
+    for (const char* key : {"rope_scaling", "rope_parameters"}) {
+        if (!f.has(key)) continue;
+        const json& r = j[key];
+        if (!r.is_object()) f.fail(key, "must be null or an object");
+        if (!r.empty()) return {&r, key};  // an empty object counts as unset, as in transformers
+    }
+    return {};
+}
+
+void parseRope(const json& j, const Fields& f, ModelConfig& c) {
+    c.ropeTheta = f.optionalPositive("rope_theta", 10000.0);
+    const RopeFields rope = ropeFieldsOf(j, f);
+    if (!rope.object) return;
+    const Fields rf(*rope.object, f.source(), rope.name + ".");
+    c.ropeTheta = rf.optionalPositive("rope_theta", c.ropeTheta);
+    const std::string type = rf.optionalString("rope_type", rf.optionalString("type", "default"));
+    if (type != "default" && type != "llama3")
+        rf.fail("rope_type", "is '" + type + "'; kvscope implements the rope types 'default' and 'llama3' only");
+    if (rf.has("partial_rotary_factor") && rf.optionalPositive("partial_rotary_factor", 1.0) != 1.0)
+        rf.fail("partial_rotary_factor", "is not 1; kvscope rotates the whole head dimension only");
+    std::vector<std::string> known = {"rope_type", "type", "rope_theta", "partial_rotary_factor"};
+    if (type == "llama3") {
+        known.insert(known.end(), {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+        RopeScaling& s = c.ropeScaling;
+        s.type = RopeType::Llama3;
+        for (const char* key : {"factor", "low_freq_factor", "high_freq_factor"})
+            if (!rf.has(key)) rf.fail(key, "is missing (rope_type 'llama3' needs factor, low_freq_factor and high_freq_factor)");
+        s.factor = rf.optionalPositive("factor", 1.0);
+        s.lowFreqFactor = rf.optionalPositive("low_freq_factor", 1.0);
+        s.highFreqFactor = rf.optionalPositive("high_freq_factor", 1.0);
+        if (!(s.highFreqFactor > s.lowFreqFactor))
+            rf.fail("high_freq_factor", "must be greater than low_freq_factor (the blend divides by their difference)");
+        s.originalMaxPositionEmbeddings =
+            f.optionalInt("original_max_position_embeddings",
+                          rf.optionalInt("original_max_position_embeddings", c.maxPositionEmbeddings, kMaxPositions),
+                          kMaxPositions);
+    }
+    for (auto it = rope.object->begin(); it != rope.object->end(); ++it)
+        if (std::find(known.begin(), known.end(), it.key()) == known.end())
+            rf.fail(it.key(), "is not one kvscope implements for rope_type '" + type + "' (it reads " +
+                                  joined(known) + ")");
+}
+
+// Defaults that differ by family, as the pinned transformers' config classes set them.
+int64_t defaultKvHeads(Architecture arch, int64_t numHeads) { return arch == Architecture::Llama ? numHeads : 32; }
+int64_t defaultMaxPositions(Architecture arch) { return arch == Architecture::Llama ? 2048 : 32768; }
+int64_t defaultHeadDim(Architecture arch, int64_t hidden, int64_t heads) {
+    return arch == Architecture::Qwen3 ? 128 : std::max<int64_t>(1, hidden / heads);
+}
+
+// Qwen2's attention always has q/k/v biases and no o_proj bias (the modeling code hard-codes them and
+// ignores `attention_bias`); Llama's and Qwen3's q/k/v/o projections all follow `attention_bias`.
+void parseAttentionBias(const Fields& f, ModelConfig& c) {
+    if (c.architecture == Architecture::Qwen2) {
+        if (!f.optionalBool("attention_bias", true))
+            f.fail("attention_bias", "is false, but Qwen2ForCausalLM's q/k/v projections always have biases");
+        c.attentionBias = true;
+        c.outputBias = false;
+        return;
+    }
+    c.attentionBias = c.outputBias = f.optionalBool("attention_bias", false);
+}
+
+void rejectSlidingWindow(const json& j, const Fields& f) {
+    if (f.optionalBool("use_sliding_window", false))
+        f.fail("use_sliding_window", "is true; sliding-window attention is not supported");
+    if (!f.has("layer_types")) return;
+    if (!j["layer_types"].is_array()) f.fail("layer_types", "must be a list of strings");
+    for (const auto& t : j["layer_types"])
+        if (t != "full_attention")
+            f.fail("layer_types", "has " + t.dump() + "; kvscope implements full attention in every layer only");
 }
 
 void rejectUnsupported(const json& j, const Fields& f, const ModelConfig& c) {
     const std::string act = f.optionalString("hidden_act", "silu");
     if (act != "silu") f.fail("hidden_act", "is '" + act + "'; kvscope implements SwiGLU with 'silu' only");
     if (f.optionalBool("mlp_bias", false)) f.fail("mlp_bias", "is true; kvscope supports MLPs without bias only");
-    if (f.optionalBool("use_sliding_window", false))
-        f.fail("use_sliding_window", "is true; sliding-window attention is not supported");
+    rejectSlidingWindow(j, f);
+    if (f.has("quantization_config"))
+        f.fail("quantization_config", "is set; kvscope reads unquantized weights only (float32, bfloat16 or float16)");
     if (c.numHeads % c.numKvHeads != 0)
         f.fail("num_key_value_heads", "(" + std::to_string(c.numKvHeads) + ") must divide num_attention_heads (" +
                                           std::to_string(c.numHeads) + ")");
@@ -155,24 +235,21 @@ ModelConfig ModelConfig::fromJson(const json& j, const std::string& source) {
     c.hiddenSize = f.requiredInt("hidden_size", kMaxWidth);
     c.numLayers = f.requiredInt("num_hidden_layers", kMaxLayers);
     c.numHeads = f.requiredInt("num_attention_heads", kMaxHeads);
-    c.numKvHeads = f.optionalInt("num_key_value_heads", c.numHeads, kMaxHeads);
+    c.numKvHeads = f.optionalInt("num_key_value_heads", defaultKvHeads(c.architecture, c.numHeads), kMaxHeads);
     c.intermediateSize = f.requiredInt("intermediate_size", kMaxWidth * 8);
     c.vocabSize = f.requiredInt("vocab_size", kMaxVocabulary);
-    c.headDim = f.optionalInt("head_dim", std::max<int64_t>(1, c.hiddenSize / c.numHeads), kMaxHeadDim);
-    c.maxPositionEmbeddings = f.optionalInt("max_position_embeddings", 32768, kMaxPositions);
+    c.headDim = f.optionalInt("head_dim", defaultHeadDim(c.architecture, c.hiddenSize, c.numHeads), kMaxHeadDim);
+    c.maxPositionEmbeddings = f.optionalInt("max_position_embeddings", defaultMaxPositions(c.architecture), kMaxPositions);
     c.rmsNormEps = f.optionalPositive("rms_norm_eps", 1e-6);
-    c.ropeTheta = f.optionalPositive("rope_theta", 10000.0);
-    c.ropeScaling = parseRopeScaling(j, f);
+    parseRope(j, f, c);
     c.tieWordEmbeddings = f.optionalBool("tie_word_embeddings", false);
-    // Qwen2's attention always has q/k/v bias (the modeling code hard-codes it); Llama and Qwen3
-    // follow `attention_bias`, default false.
-    c.attentionBias = c.architecture == Architecture::Qwen2 ? true : f.optionalBool("attention_bias", false);
+    parseAttentionBias(f, c);
     c.qkNorm = c.architecture == Architecture::Qwen3;
     auto bos = f.idList("bos_token_id");
     if (!bos.empty()) c.bosTokenId = bos.front();
     c.eosTokenIds = f.idList("eos_token_id");
-    c.torchDtype = f.optionalString("torch_dtype", f.optionalString("dtype", "float32"));
-    if (c.hiddenSize % c.numHeads != 0 && !j.contains("head_dim"))
+    c.torchDtype = f.optionalString("dtype", f.optionalString("torch_dtype", "float32"));
+    if (c.hiddenSize % c.numHeads != 0 && !f.has("head_dim") && c.architecture != Architecture::Qwen3)
         f.fail("hidden_size", "is not divisible by num_attention_heads and no head_dim is given");
     rejectUnsupported(j, f, c);
     return c;
@@ -216,7 +293,7 @@ json ModelConfig::toJson() const {
         {"torch_dtype", torchDtype},
     };
     if (architecture != Architecture::Qwen2) j["attention_bias"] = attentionBias;
-    if (ropeScaling.type == "llama3")
+    if (ropeScaling.type == RopeType::Llama3)
         j["rope_scaling"] = {{"rope_type", "llama3"},
                              {"factor", ropeScaling.factor},
                              {"low_freq_factor", ropeScaling.lowFreqFactor},

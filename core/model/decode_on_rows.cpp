@@ -25,7 +25,7 @@ bool Transformer::weightsFitRowDecode() const {
     bool all = fits(weights_.embed) && fits(weights_.finalNorm) && fits(weights_.lmHead);
     for (const LayerWeights& w : weights_.layers)
         for (const torch::Tensor* t : {&w.inputNorm, &w.wq, &w.bq, &w.wk, &w.bk, &w.wv, &w.bv, &w.qNorm, &w.kNorm,
-                                       &w.wo, &w.postNorm, &w.wGate, &w.wUp, &w.wDown})
+                                       &w.wo, &w.bo, &w.postNorm, &w.wGate, &w.wUp, &w.wDown})
             all = all && fits(*t);
     return all;
 }
@@ -123,7 +123,7 @@ void attentionOnRows(const LayerWeights& lw, int64_t layer, const kernels::RopeA
     kernels::attentionInto(r.queries, cache.keysData(layer), cache.valuesData(layer), r.bf16, cache.capacity() * D, 1,
                            start, Q, KV, D, r.attended, r.isa);
     kernels::roundInto(r.attended, r.attention, r.bf16, Q * D);
-    r.linears(r.attention, Q * D, {{lw.wo, nullptr, r.o}});
+    r.linears(r.attention, Q * D, {{lw.wo, &lw.bo, r.o}});
 }
 
 // mlp() on the row h, into down.

@@ -125,12 +125,13 @@ ModelConfig writeRandomCheckpoint(const RandomCheckpointSpec& spec, const std::s
     c.maxPositionEmbeddings = spec.maxPositionEmbeddings;
     c.ropeTheta = spec.ropeTheta;
     if (spec.llama3RopeScaling) {
-        c.ropeScaling.type = "llama3";
+        c.ropeScaling.type = RopeType::Llama3;
         c.ropeScaling.factor = 8.0;
         c.ropeScaling.originalMaxPositionEmbeddings = 64;  // tiny, so short tests cross every band
     }
     c.tieWordEmbeddings = spec.tieWordEmbeddings;
-    c.attentionBias = spec.architecture == Architecture::Qwen2;
+    c.attentionBias = spec.architecture == Architecture::Qwen2 || spec.attentionBias;
+    c.outputBias = spec.architecture != Architecture::Qwen2 && spec.attentionBias;
     c.qkNorm = spec.architecture == Architecture::Qwen3;
     c.eosTokenIds = {endOfText};
     c.torchDtype = spec.dtype == torch::kBFloat16 ? "bfloat16" : "float32";

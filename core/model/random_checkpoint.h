@@ -27,6 +27,7 @@ struct RandomCheckpointSpec {
     double ropeTheta = 10000.0;
     bool llama3RopeScaling = false;
     bool tieWordEmbeddings = false;
+    bool attentionBias = false;       // Llama / Qwen3: q/k/v/o biases (Qwen2 always has q/k/v ones)
     std::uint64_t seed = 0;
     torch::ScalarType dtype = torch::kFloat32;  // storage dtype of the weights
     int shards = 1;                   // >1 writes model-0000i-of-0000N.safetensors + index

@@ -61,7 +61,7 @@ torch::Tensor ropeInverseFrequencies(const ModelConfig& c) {
     // quotient below is written that way to give transformers' bits.
     auto exponents = torch::arange(0, c.headDim, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(c.headDim);
     torch::Tensor invFreq = torch::pow(c.ropeTheta, exponents).reciprocal();
-    if (c.ropeScaling.type != "llama3") return invFreq;
+    if (c.ropeScaling.type != RopeType::Llama3) return invFreq;
 
     // Llama 3.1 frequency-dependent scaling: long wavelengths slowed by `factor`, short ones kept,
     // a smooth blend in between.
@@ -143,7 +143,7 @@ const std::string& Transformer::fingerprint() const {
             // clang-format off: one name per line would make this table 14 lines long
             for (const auto& [name, t] : {std::pair{"in_norm", w.inputNorm}, {"wq", w.wq}, {"bq", w.bq}, {"wk", w.wk},
                                           {"bk", w.bk}, {"wv", w.wv}, {"bv", w.bv}, {"q_norm", w.qNorm},
-                                          {"k_norm", w.kNorm}, {"wo", w.wo}, {"post_norm", w.postNorm},
+                                          {"k_norm", w.kNorm}, {"wo", w.wo}, {"bo", w.bo}, {"post_norm", w.postNorm},
                                           {"gate", w.wGate}, {"up", w.wUp}, {"down", w.wDown}})
                 if (t.defined()) named.emplace_back(p + name, t);
             // clang-format on
@@ -227,8 +227,9 @@ std::vector<std::pair<std::string, torch::Tensor*>> hfWeightSlots(const ModelCon
         if (c.qkNorm)
             slots.insert(slots.end(),
                          {{p + "self_attn.q_norm.weight", &lw.qNorm}, {p + "self_attn.k_norm.weight", &lw.kNorm}});
-        slots.insert(slots.end(), {{p + "self_attn.o_proj.weight", &lw.wo},
-                                   {p + "post_attention_layernorm.weight", &lw.postNorm},
+        slots.emplace_back(p + "self_attn.o_proj.weight", &lw.wo);
+        if (c.outputBias) slots.emplace_back(p + "self_attn.o_proj.bias", &lw.bo);
+        slots.insert(slots.end(), {{p + "post_attention_layernorm.weight", &lw.postNorm},
                                    {p + "mlp.gate_proj.weight", &lw.wGate},
                                    {p + "mlp.up_proj.weight", &lw.wUp},
                                    {p + "mlp.down_proj.weight", &lw.wDown}});
@@ -420,7 +421,7 @@ torch::Tensor Transformer::attention(int64_t l, const torch::Tensor& x, const Sp
     torch::Tensor out = torch::matmul(probs, valuesQ);                                    // [Q, S, D]
     out = out.transpose(0, 1).reshape({S, Q * D});                                        // [S, Q*D]
     observe(observer, l, "attn_output", out);
-    torch::Tensor projected = project(out, lw.wo);                                        // [S, H]
+    torch::Tensor projected = project(out, lw.wo, lw.bo);                                 // [S, H]
     observe(observer, l, "o_proj", projected);
     return projected;
 }
@@ -467,7 +468,7 @@ torch::Tensor Transformer::invariantAttention(int64_t l, const torch::Tensor& x,
     torch::Tensor out = kernels::attention(q, span.cache->keys(l, T), span.cache->values(l, T),
                                            span.start + first);                           // [queries, Q*D]
     observe(observer, l, "attn_output", out);
-    torch::Tensor projected = project(out, lw.wo);                                        // [queries, H]
+    torch::Tensor projected = project(out, lw.wo, lw.bo);                                 // [queries, H]
     observe(observer, l, "o_proj", projected);
     return projected;
 }

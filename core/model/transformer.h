@@ -24,7 +24,7 @@ struct LayerWeights {
     torch::Tensor wk, bk;          // [kv_heads*head_dim, hidden], [kv_heads*head_dim]
     torch::Tensor wv, bv;          // [kv_heads*head_dim, hidden], [kv_heads*head_dim]
     torch::Tensor qNorm, kNorm;    // [head_dim] (Qwen3 only)
-    torch::Tensor wo;              // [hidden, heads*head_dim]
+    torch::Tensor wo, bo;          // [hidden, heads*head_dim], [hidden] (bo: Llama/Qwen3 attention_bias)
     torch::Tensor postNorm;        // [hidden]
     torch::Tensor wGate, wUp;      // [intermediate, hidden]
     torch::Tensor wDown;           // [hidden, intermediate]

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 
 namespace kvscope {
 namespace {
@@ -111,6 +112,123 @@ TEST(ModelConfig, MalformedFieldsAreNamed) {
                                        {"'rms_norm_eps'", "positive finite"});
     expectErrorContaining<ConfigError>([&] { ModelConfig::fromJson(broken("rope_theta", 0), "c.json"); },
                                        {"'rope_theta'", "positive finite"});
+}
+
+// SmolLM2-135M-Instruct's config.json as transformers 5 writes it: the RoPE base only inside
+// rope_parameters. Read as 4.x's top-level rope_theta alone, it loaded with base 10000 without a word.
+nlohmann::json smollm2Config() {
+    return nlohmann::json::parse(R"({
+      "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+      "bos_token_id": 1, "dtype": "float32", "eos_token_id": 2, "head_dim": 64, "hidden_act": "silu",
+      "hidden_size": 576, "initializer_range": 0.041666666666666664, "intermediate_size": 1536,
+      "max_position_embeddings": 8192, "mlp_bias": false, "model_type": "llama", "num_attention_heads": 9,
+      "num_hidden_layers": 30, "num_key_value_heads": 3, "pad_token_id": 2, "pretraining_tp": 1,
+      "rms_norm_eps": 1e-05, "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
+      "tie_word_embeddings": true, "transformers_version": "5.23.0", "use_cache": true, "vocab_size": 49152})");
+}
+
+// Llama 3.2's RoPE as 4.x writes it (top-level base, `rope_scaling`) and as 5.x does (`rope_parameters`).
+nlohmann::json llama32Config(bool transformers5) {
+    nlohmann::json j = smollm2Config();
+    j.erase("rope_parameters");
+    const nlohmann::json scaling = {{"factor", 32.0},
+                                    {"high_freq_factor", 4.0},
+                                    {"low_freq_factor", 1.0},
+                                    {"original_max_position_embeddings", 8192},
+                                    {"rope_type", "llama3"}};
+    j["max_position_embeddings"] = 131072;
+    if (transformers5) {
+        j["rope_parameters"] = scaling;
+        j["rope_parameters"]["rope_theta"] = 500000.0;
+    } else {
+        j["rope_scaling"] = scaling;
+        j["rope_theta"] = 500000.0;
+    }
+    return j;
+}
+
+TEST(ModelConfig, RopeBaseIsReadFromTransformers5RopeParameters) {
+    const ModelConfig c = ModelConfig::fromJson(smollm2Config(), "config.json");
+    EXPECT_DOUBLE_EQ(c.ropeTheta, 100000.0);
+    EXPECT_EQ(c.ropeScaling.type, RopeType::Default);
+    EXPECT_EQ(c.headDim, 64);
+    EXPECT_TRUE(c.tieWordEmbeddings);
+    EXPECT_EQ(c.torchDtype, "float32");
+    // rope_parameters' base wins over a top-level one, as in transformers (setdefault).
+    nlohmann::json both = smollm2Config();
+    both["rope_theta"] = 10000.0;
+    EXPECT_DOUBLE_EQ(ModelConfig::fromJson(both, "config.json").ropeTheta, 100000.0);
+    // With no RoPE field at all, transformers' default base.
+    nlohmann::json none = smollm2Config();
+    none.erase("rope_parameters");
+    EXPECT_DOUBLE_EQ(ModelConfig::fromJson(none, "config.json").ropeTheta, 10000.0);
+}
+
+TEST(ModelConfig, Llama3ScalingReadsTheSameFromEitherTransformersVersion) {
+    for (bool transformers5 : {false, true}) {
+        SCOPED_TRACE(transformers5 ? "rope_parameters" : "rope_scaling");
+        const ModelConfig c = ModelConfig::fromJson(llama32Config(transformers5), "config.json");
+        EXPECT_DOUBLE_EQ(c.ropeTheta, 500000.0);
+        EXPECT_EQ(c.ropeScaling.type, RopeType::Llama3);
+        EXPECT_DOUBLE_EQ(c.ropeScaling.factor, 32.0);
+        EXPECT_DOUBLE_EQ(c.ropeScaling.lowFreqFactor, 1.0);
+        EXPECT_DOUBLE_EQ(c.ropeScaling.highFreqFactor, 4.0);
+        EXPECT_EQ(c.ropeScaling.originalMaxPositionEmbeddings, 8192);
+    }
+    // Without original_max_position_embeddings transformers takes max_position_embeddings.
+    nlohmann::json j = llama32Config(true);
+    j["rope_parameters"].erase("original_max_position_embeddings");
+    EXPECT_EQ(ModelConfig::fromJson(j, "config.json").ropeScaling.originalMaxPositionEmbeddings, 131072);
+}
+
+TEST(ModelConfig, DefaultsFollowEachFamilyAsTransformersSetsThem) {
+    nlohmann::json j = smollm2Config();
+    for (const char* key : {"head_dim", "max_position_embeddings", "num_key_value_heads"}) j.erase(key);
+    ModelConfig llama = ModelConfig::fromJson(j, "config.json");
+    EXPECT_EQ(llama.headDim, 64);                 // hidden / heads
+    EXPECT_EQ(llama.maxPositionEmbeddings, 2048);  // LlamaConfig's default
+    EXPECT_EQ(llama.numKvHeads, 9);               // = num_attention_heads
+    j["architectures"] = {"Qwen3ForCausalLM"};
+    j["num_attention_heads"] = 32;
+    ModelConfig qwen3 = ModelConfig::fromJson(j, "config.json");
+    EXPECT_EQ(qwen3.headDim, 128);  // Qwen3Config's default, not hidden / heads
+    EXPECT_EQ(qwen3.maxPositionEmbeddings, 32768);
+    EXPECT_EQ(qwen3.numKvHeads, 32);
+    // attention_bias gives Llama and Qwen3 q/k/v and o_proj biases; Qwen2 has q/k/v ones always.
+    j = smollm2Config();
+    j["attention_bias"] = true;
+    llama = ModelConfig::fromJson(j, "config.json");
+    EXPECT_TRUE(llama.attentionBias);
+    EXPECT_TRUE(llama.outputBias);
+    j["architectures"] = {"Qwen2ForCausalLM"};
+    j.erase("attention_bias");
+    const ModelConfig qwen2 = ModelConfig::fromJson(j, "config.json");
+    EXPECT_TRUE(qwen2.attentionBias);
+    EXPECT_FALSE(qwen2.outputBias);
+}
+
+TEST(ModelConfig, FieldsThatChangeTheNumbersAndAreNotImplementedAreRefused) {
+    auto refused = [](std::function<void(nlohmann::json&)> edit, std::vector<std::string> words) {
+        nlohmann::json j = smollm2Config();
+        edit(j);
+        words.insert(words.begin(), "c.json");
+        expectErrorContaining<ConfigError>([&] { ModelConfig::fromJson(j, "c.json"); }, words);
+    };
+    refused([](auto& j) { j["rope_parameters"]["rope_type"] = "yarn"; }, {"'rope_parameters.rope_type'", "yarn"});
+    refused([](auto& j) { j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}}; },
+            {"'rope_scaling.rope_type'", "linear"});
+    refused([](auto& j) { j["rope_parameters"]["mscale"] = 0.7; }, {"'rope_parameters.mscale'", "rope_theta"});
+    refused([](auto& j) { j["rope_parameters"]["partial_rotary_factor"] = 0.5; },
+            {"'rope_parameters.partial_rotary_factor'", "whole head"});
+    refused([](auto& j) { j["rope_parameters"]["rope_theta"] = "big"; }, {"'rope_parameters.rope_theta'", "number"});
+    refused([](auto& j) { j = llama32Config(true), j["rope_parameters"].erase("factor"); },
+            {"'rope_parameters.factor'", "missing"});
+    refused([](auto& j) { j["layer_types"] = {"full_attention", "sliding_attention"}; },
+            {"'layer_types'", "sliding_attention"});
+    refused([](auto& j) { j["quantization_config"] = {{"quant_method", "gptq"}}; }, {"'quantization_config'"});
+    refused([](auto& j) { j["mlp_bias"] = true; }, {"'mlp_bias'"});
+    refused([](auto& j) { j["architectures"] = {"Qwen2ForCausalLM"}, j["attention_bias"] = false; },
+            {"'attention_bias'", "always"});
 }
 
 TEST(ModelConfig, ConfigFileThatIsNotJson) {

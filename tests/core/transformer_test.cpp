@@ -77,7 +77,8 @@ TEST_P(ReferenceAgreement, OneShotPrefillEqualsTokenByTokenWithin1e4InFp32) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ReferenceAgreement,
-                         ::testing::Values("qwen2", "llama", "qwen3", "llama3-scaled", "qwen2-tied", "qwen2-sharded"));
+                         ::testing::Values("qwen2", "llama", "qwen3", "llama3-scaled", "qwen2-tied", "qwen2-sharded",
+                                           "llama-bias"));
 
 TEST(Transformer, Bf16RunsAndStaysCloseToFp32) {
     const std::string& dir = test::tinyModel("qwen2");
@@ -162,7 +163,7 @@ TEST(Rope, Llama3ScalingSlowsOnlyLowFrequencies) {
     c.headDim = 64;
     c.ropeTheta = 500000.0;
     torch::Tensor plain = ropeInverseFrequencies(c);
-    c.ropeScaling.type = "llama3";
+    c.ropeScaling.type = RopeType::Llama3;
     c.ropeScaling.factor = 8.0;
     c.ropeScaling.originalMaxPositionEmbeddings = 8192;
     torch::Tensor scaled = ropeInverseFrequencies(c);

@@ -46,7 +46,7 @@ Vec rmsnorm(const Vec& x, const Vec& w, double eps, std::size_t offset = 0, std:
 
 double invFrequency(const ModelConfig& c, std::size_t i) {
     const double base = 1.0 / std::pow(c.ropeTheta, 2.0 * static_cast<double>(i) / static_cast<double>(c.headDim));
-    if (c.ropeScaling.type != "llama3") return base;
+    if (c.ropeScaling.type != RopeType::Llama3) return base;
     const auto& s = c.ropeScaling;
     const double wavelen = 2.0 * M_PI / base;
     const double lowWavelen = s.originalMaxPositionEmbeddings / s.lowFreqFactor;
@@ -124,7 +124,8 @@ std::vector<std::vector<double>> referenceLogits(const std::string& dir, const s
                 for (std::size_t t = 0; t <= s; ++t)
                     for (std::size_t d = 0; d < D; ++d) attn[hd * D + d] += scores[t] / z * v[t][kvh * D + d];
             }
-            Vec o = matvec(W.get(p + "self_attn.o_proj.weight"), attn, H);
+            Vec o = matvec(W.get(p + "self_attn.o_proj.weight"), attn, H,
+                           c.outputBias ? &W.get(p + "self_attn.o_proj.bias") : nullptr);
             for (std::size_t h = 0; h < H; ++h) x[s][h] += o[h];
             Vec h2 = rmsnorm(x[s], W.get(p + "post_attention_layernorm.weight"), c.rmsNormEps);
             Vec gate = matvec(W.get(p + "mlp.gate_proj.weight"), h2, I);
