@@ -26,14 +26,18 @@ std::string pcre2Message(int error) {
 bool isUtf8Error(int rc) { return rc <= PCRE2_ERROR_UTF8_ERR1 && rc >= PCRE2_ERROR_UTF8_ERR21; }
 
 // Calls visit(begin, end, ovector, captures) for each non-overlapping non-empty match, left to right.
-// An empty match advances by one whole UTF-8 character, as HF's splitters do.
+// An empty match advances by one whole UTF-8 character, as HF's splitters do. In UTF mode PCRE2
+// checks the whole subject on every call: only the first call checks, or a long text with many
+// matches (a SentencePiece text is one word) would take time quadratic in its length.
 template <typename Visit>
 void visitMatches(const pcre2_code* code, const std::string& text, const std::string& description, Visit visit) {
     pcre2_match_data* match = pcre2_match_data_create_from_pattern(code, nullptr);
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
     std::size_t at = 0;
+    uint32_t check = 0;
     while (at <= text.size()) {
-        const int rc = pcre2_match(code, subject, text.size(), at, 0, match, nullptr);
+        const int rc = pcre2_match(code, subject, text.size(), at, check, match, nullptr);
+        check = PCRE2_NO_UTF_CHECK;  // the subject is valid UTF-8 if that call did not refuse it
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
             pcre2_match_data_free(match);
@@ -61,7 +65,8 @@ Regex::Regex(const std::string& pattern, bool literal, RegexRole role)
       description_((role == RegexRole::Answer ? "answer regex '" : "pre-tokenizer regex '") + pattern + "'") {
     int error = 0;
     PCRE2_SIZE offset = 0;
-    uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    // PCRE2 refuses UCP beside LITERAL, and a literal string has no classes for UCP to widen.
+    uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     if (role == RegexRole::Answer) options |= PCRE2_MATCH_INVALID_UTF;
     code_->code =
         pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error, &offset, nullptr);
@@ -73,16 +78,31 @@ Regex::Regex(const std::string& pattern, bool literal, RegexRole role)
 
 Regex::~Regex() = default;
 
-std::vector<std::string> Regex::split(const std::string& text, bool removeMatches) const {
+std::vector<std::string> Regex::split(const std::string& text, bool removeMatches,
+                                      std::vector<std::size_t>* offsets) const {
     std::vector<std::string> pieces;
+    auto add = [&](std::size_t begin, std::size_t end) {
+        pieces.push_back(text.substr(begin, end - begin));
+        if (offsets) offsets->push_back(begin);
+    };
     std::size_t gapStart = 0;
     visitMatches(code_->code, text, description_, [&](std::size_t begin, std::size_t end, const PCRE2_SIZE*, int) {
-        if (begin > gapStart) pieces.push_back(text.substr(gapStart, begin - gapStart));
-        if (!removeMatches) pieces.push_back(text.substr(begin, end - begin));
+        if (begin > gapStart) add(gapStart, begin);
+        if (!removeMatches) add(begin, end);
         gapStart = end;
     });
-    if (gapStart < text.size()) pieces.push_back(text.substr(gapStart));
+    if (gapStart < text.size()) add(gapStart, text.size());
     return pieces;
+}
+
+std::string Regex::replaceAll(const std::string& text, const std::string& with) const {
+    std::string out;
+    std::size_t gapStart = 0;
+    visitMatches(code_->code, text, description_, [&](std::size_t begin, std::size_t end, const PCRE2_SIZE*, int) {
+        out.append(text, gapStart, begin - gapStart).append(with);
+        gapStart = end;
+    });
+    return out.append(text, gapStart, std::string::npos);
 }
 
 std::optional<std::string> Regex::lastMatch(const std::string& text) const {

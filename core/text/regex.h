@@ -23,8 +23,13 @@ public:
     Regex& operator=(const Regex&) = delete;
 
     // Splits `text` into the matches and the gaps between them, in order ("Isolated"); with
-    // removeMatches the matches are dropped ("Removed"). Empty pieces are never produced.
-    std::vector<std::string> split(const std::string& text, bool removeMatches) const;
+    // removeMatches the matches are dropped ("Removed"). Empty pieces are never produced. `offsets`,
+    // when given, receives each piece's byte offset in `text`.
+    std::vector<std::string> split(const std::string& text, bool removeMatches,
+                                   std::vector<std::size_t>* offsets = nullptr) const;
+
+    // `text` with every non-overlapping non-empty match replaced by `with` (no group references).
+    std::string replaceAll(const std::string& text, const std::string& with) const;
 
     // The last non-overlapping match in `text`: its first capture group if the pattern has one,
     // else the whole match. Throws FormatError if PCRE2 gives up (its match or depth limit).

@@ -5,135 +5,24 @@
 #include "core/text/byte_level.h"
 #include "core/text/bpe.h"
 #include "core/text/regex.h"
+#include "core/text/tokenizer_steps.h"
 #include "core/util/error.h"
 #include "core/util/limits.h"
 #include "core/util/parse.h"
 
 #include <nlohmann/json.hpp>
-#include <utf8proc.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 namespace kvscope {
 namespace {
 
 using nlohmann::json;
-
-// ---- normalizer -----------------------------------------------------------------------------
-
-enum class UnicodeForm { NFC, NFD, NFKC, NFKD };
-
-std::string normalizeUnicode(const std::string& text, UnicodeForm form) {
-    int options = UTF8PROC_STABLE;
-    switch (form) {
-    case UnicodeForm::NFC: options |= UTF8PROC_COMPOSE; break;
-    case UnicodeForm::NFD: options |= UTF8PROC_DECOMPOSE; break;
-    case UnicodeForm::NFKC: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
-    case UnicodeForm::NFKD: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
-    }
-    if (text.empty()) return text;
-    utf8proc_uint8_t* out = nullptr;
-    const auto n =
-        utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
-                     &out, static_cast<utf8proc_option_t>(options));
-    if (n < 0) throw UsageError("input text is not valid UTF-8 (" + std::string(utf8proc_errmsg(n)) + ")");
-    std::string result(reinterpret_cast<char*>(out), static_cast<std::size_t>(n));
-    std::free(out);
-    return result;
-}
-
-std::vector<UnicodeForm> parseNormalizer(const json& j, const std::string& source) {
-    std::vector<UnicodeForm> steps;
-    if (j.is_null()) return steps;
-    const std::string type = j.value("type", "");
-    if (type == "Sequence") {
-        for (const auto& n : j.at("normalizers")) {
-            auto inner = parseNormalizer(n, source);
-            steps.insert(steps.end(), inner.begin(), inner.end());
-        }
-    } else if (type == "NFC")
-        steps.push_back(UnicodeForm::NFC);
-    else if (type == "NFD")
-        steps.push_back(UnicodeForm::NFD);
-    else if (type == "NFKC")
-        steps.push_back(UnicodeForm::NFKC);
-    else if (type == "NFKD")
-        steps.push_back(UnicodeForm::NFKD);
-    else
-        throw FormatError(source + ": normalizer type '" + type +
-                          "' is not supported (supported: NFC, NFD, NFKC, NFKD, Sequence)");
-    return steps;
-}
-
-// ---- pre-tokenizer ----------------------------------------------------------------------------
-
-// The pattern GPT-2's ByteLevel pre-tokenizer uses when use_regex is true.
-const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-
-struct SplitStep {
-    std::shared_ptr<Regex> regex;
-    bool removeMatches = false;  // behavior "Removed" (else "Isolated")
-};
-
-struct PreTokenizer {
-    std::vector<SplitStep> splits;  // applied in order before the byte-level mapping
-    bool byteLevel = false;
-    bool addPrefixSpace = false;
-
-    std::vector<std::string> apply(const std::string& text) const {
-        std::vector<std::string> pieces{text};
-        for (const auto& step : splits) {
-            std::vector<std::string> next;
-            for (const auto& piece : pieces)
-                for (auto& part : step.regex->split(piece, step.removeMatches)) next.push_back(std::move(part));
-            pieces = std::move(next);
-        }
-        if (addPrefixSpace)
-            for (auto& p : pieces)
-                if (p.empty() || p[0] != ' ') p.insert(p.begin(), ' ');
-        return pieces;
-    }
-};
-
-void parsePreTokenizer(const json& j, const std::string& source, PreTokenizer& out) {
-    if (j.is_null()) return;
-    const std::string type = j.value("type", "");
-    if (type == "Sequence") {
-        for (const auto& p : j.at("pretokenizers")) parsePreTokenizer(p, source, out);
-        return;
-    }
-    if (out.byteLevel) throw FormatError(source + ": pre_tokenizer '" + type + "' after ByteLevel is not supported");
-    if (type == "Split") {
-        if (j.value("invert", false))
-            throw FormatError(source + ": Split pre_tokenizer with invert=true is not supported");
-        const std::string behavior = j.value("behavior", "Isolated");
-        if (behavior != "Isolated" && behavior != "Removed")
-            throw FormatError(source + ": Split behavior '" + behavior + "' is not supported (Isolated, Removed)");
-        const json& pattern = j.at("pattern");
-        SplitStep step;
-        const bool literal = pattern.contains("String");
-        if (!literal && !pattern.contains("Regex"))
-            throw FormatError(source + ": Split pattern must be {\"Regex\": ...} or {\"String\": ...}");
-        try {
-            step.regex = std::make_shared<Regex>(pattern[literal ? "String" : "Regex"].get<std::string>(), literal);
-        } catch (const FormatError& e) {
-            throw FormatError(source + ": " + e.what());
-        }
-        step.removeMatches = behavior == "Removed";
-        out.splits.push_back(std::move(step));
-    } else if (type == "ByteLevel") {
-        out.byteLevel = true;
-        out.addPrefixSpace = j.value("add_prefix_space", false);
-        if (j.value("use_regex", true)) out.splits.push_back({std::make_shared<Regex>(kGpt2Pattern, false), false});
-    } else {
-        throw FormatError(source + ": pre_tokenizer type '" + type +
-                          "' is not supported (supported: Split, ByteLevel, Sequence)");
-    }
-}
 
 // ---- post-processor ---------------------------------------------------------------------------
 
@@ -173,23 +62,27 @@ void parsePostProcessor(const json& j, const std::string& source, PostProcessor&
     }
 }
 
-void checkDecoder(const json& j, const std::string& source) {
-    if (j.is_null()) throw FormatError(source + ": no decoder declared; kvscope decodes byte-level BPE only");
-    const std::string type = j.value("type", "");
-    if (type == "Sequence") {
-        for (const auto& d : j.at("decoders")) checkDecoder(d, source);
-    } else if (type != "ByteLevel") {
-        throw FormatError(source + ": decoder type '" + type + "' is not supported (supported: ByteLevel)");
-    }
-}
-
-bool isAsciiSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
-
 // A piece of input during encoding: either plain text still to tokenize, or a matched added token.
 struct Segment {
     std::string text;
     int64_t addedId = -1;
+    bool atInputStart = false;  // begins at offset 0 of the text given to encode()
 };
+
+// The whitespace character that ends just before `at` (lstrip) or starts at `at` (rstrip), or 0.
+std::size_t whitespaceBefore(const std::string& t, std::size_t at) {
+    for (std::size_t n = 1; n <= 4 && n <= at; ++n) {
+        const auto d = decodeUtf8(t.substr(at - n, n));
+        if (d.size() == 1 && d[0] != 0xFFFD) return isUnicodeWhitespace(d[0]) ? n : 0;
+    }
+    return 0;
+}
+std::size_t whitespaceAt(const std::string& t, std::size_t at) {
+    const auto lengths = utf8CharLengths(t.substr(at, 4));
+    if (lengths.empty()) return 0;
+    const auto d = decodeUtf8(t.substr(at, lengths[0]));
+    return d.size() == 1 && isUnicodeWhitespace(d[0]) ? lengths[0] : 0;
+}
 
 }  // namespace
 
@@ -197,18 +90,16 @@ struct Segment {
 
 struct Tokenizer::Impl {
     std::string source;
-    std::vector<UnicodeForm> normalizer;
+    Normalizer normalizer;
     PreTokenizer preTokenizer;
+    Decoder decoder;
     std::unique_ptr<BpeModel> bpe;
     PostProcessor post;
     std::vector<AddedToken> added;
     std::map<std::string, int64_t> addedByContent;
+    std::set<int64_t> specialIds;
     std::vector<std::string> idToToken;  // vocab + added tokens
 
-    std::string normalize(std::string text) const {
-        for (auto form : normalizer) text = normalizeUnicode(text, form);
-        return text;
-    }
 
     // Splits plain-text segments around added tokens whose `normalized` flag equals `normalizedPass`.
     std::vector<Segment> splitAdded(const std::vector<Segment>& in, bool normalizedPass) const {
@@ -232,15 +123,18 @@ struct Tokenizer::Impl {
                     continue;
                 }
                 std::size_t matchStart = i, matchEnd = i + best->content.size();
+                // lstrip / rstrip swallow Unicode whitespace (Rust's char::is_whitespace) around it.
                 if (best->lstrip)
-                    while (matchStart > plainStart && isAsciiSpace(t[matchStart - 1])) --matchStart;
+                    for (std::size_t n; matchStart > plainStart && (n = whitespaceBefore(t, matchStart)) > 0;)
+                        matchStart -= n;
                 if (best->rstrip)
-                    while (matchEnd < t.size() && isAsciiSpace(t[matchEnd])) ++matchEnd;
-                if (matchStart > plainStart) out.push_back({t.substr(plainStart, matchStart - plainStart), -1});
+                    for (std::size_t n; matchEnd < t.size() && (n = whitespaceAt(t, matchEnd)) > 0;) matchEnd += n;
+                if (matchStart > plainStart)
+                    out.push_back({t.substr(plainStart, matchStart - plainStart), -1, seg.atInputStart && plainStart == 0});
                 out.push_back({best->content, best->id});
                 plainStart = i = matchEnd;
             }
-            if (plainStart < t.size()) out.push_back({t.substr(plainStart), -1});
+            if (plainStart < t.size()) out.push_back({t.substr(plainStart), -1, seg.atInputStart && plainStart == 0});
         }
         return out;
     }
@@ -277,13 +171,11 @@ Tokenizer Tokenizer::fromJson(const std::string& text, const std::string& source
     impl->source = source;
     try {
         if (!j.is_object() || !j.contains("model")) throw FormatError(source + ": expected an object with a 'model'");
-        impl->normalizer = parseNormalizer(j.value("normalizer", json()), source);
-        parsePreTokenizer(j.value("pre_tokenizer", json()), source, impl->preTokenizer);
-        if (!impl->preTokenizer.byteLevel)
-            throw FormatError(source + ": pre_tokenizer has no ByteLevel step; kvscope supports byte-level BPE only");
+        impl->normalizer = Normalizer::fromJson(j.value("normalizer", json()), source);
+        impl->preTokenizer = PreTokenizer::fromJson(j.value("pre_tokenizer", json()), source);
         impl->bpe = std::make_unique<BpeModel>(BpeModel::fromJson(j["model"], source));
         parsePostProcessor(j.value("post_processor", json()), source, impl->post);
-        checkDecoder(j.value("decoder", json()), source);
+        impl->decoder = Decoder::fromJson(j.value("decoder", json()), source);
         for (const auto& a : j.value("added_tokens", json::array())) {
             AddedToken t;
             t.content = a.at("content").get<std::string>();
@@ -296,6 +188,7 @@ Tokenizer Tokenizer::fromJson(const std::string& text, const std::string& source
                 throw FormatError(source + ": added token '" + t.content +
                                   "' has single_word=true, which is not supported");
             impl->addedByContent[t.content] = t.id;
+            if (t.special) impl->specialIds.insert(t.id);
             impl->added.push_back(std::move(t));
         }
     } catch (const json::exception& e) {
@@ -310,9 +203,9 @@ Tokenizer Tokenizer::fromJson(const std::string& text, const std::string& source
 }
 
 std::vector<int64_t> Tokenizer::encode(const std::string& text, bool addSpecialTokens) const {
-    std::vector<Segment> segments = impl_->splitAdded({{text, -1}}, /*normalizedPass=*/false);
+    std::vector<Segment> segments = impl_->splitAdded({{text, -1, true}}, /*normalizedPass=*/false);
     for (auto& s : segments)
-        if (s.addedId < 0) s.text = impl_->normalize(s.text);
+        if (s.addedId < 0) s.text = impl_->normalizer.apply(s.text);
     segments = impl_->splitAdded(segments, /*normalizedPass=*/true);
 
     std::vector<int64_t> ids;
@@ -322,34 +215,31 @@ std::vector<int64_t> Tokenizer::encode(const std::string& text, bool addSpecialT
             ids.push_back(s.addedId);
             continue;
         }
-        for (const auto& piece : impl_->preTokenizer.apply(s.text)) impl_->bpe->encodeBytes(piece, ids);
+        for (const auto& piece : impl_->preTokenizer.apply({{s.text, s.atInputStart}})) {
+            if (impl_->preTokenizer.byteLevel())
+                impl_->bpe->encodeBytes(piece.text, ids);
+            else
+                impl_->bpe->encodeText(piece.text, ids);
+        }
     }
     if (addSpecialTokens) ids.insert(ids.end(), impl_->post.suffix.begin(), impl_->post.suffix.end());
     return ids;
 }
 
+// As `tokenizers` decodes: each id's token string (added tokens' content included, special ones left
+// out when asked), then the decoder over the whole list.
 std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skipSpecialTokens) const {
-    std::string bytes;
+    std::vector<std::string> tokens;
+    tokens.reserve(ids.size());
     for (int64_t id : ids) {
         if (id < 0 || id >= vocabSize())
             throw UsageError("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                              std::to_string(vocabSize()) + ")");
         const std::string& token = impl_->idToToken[id];
-        auto added = impl_->addedByContent.find(token);
-        if (added != impl_->addedByContent.end() && added->second == id) {
-            const auto& info = *std::find_if(impl_->added.begin(), impl_->added.end(),
-                                             [&](const AddedToken& t) { return t.id == id; });
-            if (skipSpecialTokens && info.special) continue;
-        }
-        // HF's ByteLevel decoder: characters of the byte-level alphabet become their bytes; a token
-        // with any other character is taken verbatim.
-        std::string raw;
-        if (fromByteLevel(token, raw))
-            bytes += raw;
-        else
-            bytes += token;
+        if (skipSpecialTokens && impl_->specialIds.count(id)) continue;
+        tokens.push_back(token);
     }
-    return sanitizeUtf8(bytes);
+    return sanitizeUtf8(impl_->decoder.decode(std::move(tokens)));
 }
 
 int64_t Tokenizer::vocabSize() const { return static_cast<int64_t>(impl_->idToToken.size()); }

@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// Hugging Face `tokenizer.json`, byte-level BPE flavour (Qwen2 / Qwen2.5 / Qwen3, Llama 3, GPT-2).
+// Hugging Face `tokenizer.json` with a BPE model, as the `tokenizers` library encodes and decodes it:
+// byte-level BPE (Qwen2 / Qwen2.5 / Qwen3, Llama 3, SmolLM2, GPT-2) and SentencePiece-style BPE with
+// byte fallback (Llama 2, TinyLlama, Mistral v0.1).
 //
-// encode(text): split out added/special tokens -> normalizer -> pre-tokenizer (regex split with
-// PCRE2 + byte-level mapping) -> BPE merges by rank -> post-processor. decode(ids): added tokens
-// verbatim, the rest byte-level decoded. Every component the file declares is either implemented or
-// rejected with a FormatError naming it; nothing is silently skipped.
+// encode(text): split out added/special tokens -> normalizer -> pre-tokenizer -> BPE per word (see
+// bpe.h: characters outside the vocabulary fall back to bytes, the unknown token, or are dropped as
+// `tokenizers` drops them) -> post-processor. decode(ids): every id's token string, added tokens
+// included, through the decoder (tokenizer_steps.h). Every component the file declares is either
+// implemented or rejected with a FormatError naming it; nothing is silently skipped.
 #include <cstdint>
 #include <memory>
 #include <optional>

@@ -272,9 +272,9 @@ std::vector<MalformedCase> cases() {
              return "tokenize --model " + q(m) + " --text hi";
          },
          {"tokenizer.json"}},
-        {"TokenizerByteFallback",
-         tokenizerWith([](json& t) { t["model"]["byte_fallback"] = true; }),
-         {"tokenizer.json", "byte_fallback"}},
+        {"TokenizerSubwordPrefix",
+         tokenizerWith([](json& t) { t["model"]["continuing_subword_prefix"] = "##"; }),
+         {"tokenizer.json", "continuing_subword_prefix"}},
         // KV cache files
         {"CacheIsAWeightsFile", command("cache info {weights}"), {"model.safetensors", "not a kvscope KV cache"}},
         {"CacheEditedPromptLength",

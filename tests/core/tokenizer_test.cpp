@@ -113,8 +113,14 @@ TEST(Tokenizer, UnsupportedComponentsAreRefusedByName) {
     j["model"]["type"] = "Unigram";
     expectRefused(j, "Unigram");
     j = testTokenizerJson();
-    j["model"]["byte_fallback"] = true;
-    expectRefused(j, "byte_fallback");
+    j["model"]["continuing_subword_prefix"] = "##";
+    expectRefused(j, "continuing_subword_prefix");
+    j = testTokenizerJson();
+    j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "_"}, {"prepend_scheme", "sometimes"}};
+    expectRefused(j, "prepend_scheme 'sometimes'");
+    j = testTokenizerJson();
+    j["decoder"] = {{"type", "Strip"}, {"content", "ab"}, {"start", 1}, {"stop", 0}};
+    expectRefused(j, "one character");
     j = testTokenizerJson();
     j["added_tokens"][0]["single_word"] = true;
     expectRefused(j, "single_word");
@@ -160,6 +166,59 @@ TEST(Tokenizer, TemplatePostProcessorAndIgnoreMergesAsInLlama3) {
     Tokenizer with = Tokenizer::fromJson(k.dump(), "ignore");
     EXPECT_EQ(with.encode("xyz"), std::vector<int64_t>{newId});
     EXPECT_GT(without.encode("xyz").size(), 1u);
+}
+
+// SmolLM2's byte-level vocabulary lacks the characters of 21 bytes (4, 6, 19, ...). `tokenizers`
+// loads it and drops those bytes when encoding; kvscope refused the whole file.
+TEST(Tokenizer, ByteLevelVocabularyLackingBytesDropsThemAsTokenizersDoes) {
+    auto j = testTokenizerJson();
+    const std::string byte4 = byteLevelAlphabet()[4];
+    ASSERT_TRUE(j["model"]["vocab"].contains(byte4));
+    j["model"]["vocab"].erase(byte4);
+    nlohmann::json merges = nlohmann::json::array();
+    for (const auto& m : j["model"]["merges"])
+        if (m.dump().find(byte4) == std::string::npos) merges.push_back(m);
+    j["model"]["merges"] = merges;
+    Tokenizer tok = Tokenizer::fromJson(j.dump(), "smollm2-like");
+    const auto a = tok.encode("a"), b = tok.encode("b");
+    std::vector<int64_t> expected = a;
+    expected.insert(expected.end(), b.begin(), b.end());
+    EXPECT_EQ(tok.encode("a\x04" "b"), expected);
+    EXPECT_EQ(tok.encode("\x04"), std::vector<int64_t>{});
+    EXPECT_EQ(tok.decode(tok.encode("a\x06" "b")), "a\x06" "b");  // other bytes are still there
+}
+
+// Llama-2-style SentencePiece BPE (byte fallback, unknown tokens, Prepend/Replace normalizer,
+// Metaspace) against the ids and text Hugging Face `tokenizers` gives for the same files
+// (tests/data/tokenizer/make_sentencepiece_cases.py wrote them).
+TEST(Tokenizer, SentencePieceStyleBpeGivesTokenizersIdsAndText) {
+    const auto data = nlohmann::json::parse(test::readTextFile(test::testDataDir() + "/tokenizer/sentencepiece_cases.json"));
+    int checked = 0;
+    for (const auto& set : data["sets"]) {
+        SCOPED_TRACE(set["name"].get<std::string>());
+        Tokenizer tok = Tokenizer::fromJson(set["tokenizer"].dump(), set["name"]);
+        for (const auto& c : set["cases"]) {
+            const std::string text = c["text"];
+            const auto ids = c["ids"].get<std::vector<int64_t>>();
+            EXPECT_EQ(tok.encode(text), ids) << "text: '" << text << "'";
+            EXPECT_EQ(tok.decode(ids), c["decoded"].get<std::string>()) << "text: '" << text << "'";
+            EXPECT_EQ(tok.decode(ids, true), c["decoded_skipping_special"].get<std::string>()) << "text: '" << text << "'";
+            ++checked;
+        }
+    }
+    EXPECT_EQ(checked, 60);
+}
+
+// SentencePiece BPE has no pre-tokenizer: a whole text is one word, merged in O(n log n).
+TEST(Tokenizer, OneLongWordIsMergedWithoutQuadraticTime) {
+    const auto data = nlohmann::json::parse(test::readTextFile(test::testDataDir() + "/tokenizer/sentencepiece_cases.json"));
+    Tokenizer tok = Tokenizer::fromJson(data["sets"][0]["tokenizer"].dump(), "llama2-like");
+    std::string text;
+    for (int i = 0; i < 20000; ++i) text += "hello world ";
+    const auto ids = tok.encode(text, false);
+    ASSERT_EQ(ids.size(), 40001u);  // "▁hello" and "▁world" 20,000 times, then the last space's "▁"
+    EXPECT_EQ(ids.back(), tok.tokenToId("\u2581"));
+    EXPECT_EQ(tok.decode(ids), text);
 }
 
 TEST(Utf8, InvalidBytesBecomeOneReplacementPerMaximalSubpart) {
