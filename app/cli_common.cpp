@@ -119,6 +119,17 @@ void addDecodeOptions(CLI::App* cmd, DecodeOptions& o) {
     cmd->add_option("--seed", o.sampling.seed, "Seed for sampling; a draw depends only on (seed, position)");
 }
 
+nlohmann::ordered_json templateArguments(const std::string& text) {
+    nlohmann::ordered_json args;
+    try {
+        args = nlohmann::ordered_json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+        throw UsageError("--template-args: not valid JSON (" + std::string(e.what()) + ")");
+    }
+    if (!args.is_object()) throw UsageError("--template-args: expected a JSON object, e.g. '{\"enable_thinking\": false}'");
+    return args;
+}
+
 std::optional<Tokenizer> tokenizerIfPresent(const std::string& dir) {
     if (!std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) return std::nullopt;
     return Tokenizer::fromModelDir(dir);

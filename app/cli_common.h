@@ -5,6 +5,7 @@
 #include "core/cache/cache_diff.h"
 #include "core/decode/generator.h"
 #include "core/model/transformer.h"
+#include "core/text/chat_template.h"
 #include "core/text/tokenizer.h"
 #include "experiments/ledger.h"
 #include "experiments/runner.h"
@@ -48,6 +49,8 @@ struct DecodeOptions {
 void addDecodeOptions(CLI::App* cmd, DecodeOptions& options);
 
 std::optional<Tokenizer> tokenizerIfPresent(const std::string& modelDir);
+// --template-args: a JSON object of a chat template's keyword arguments; UsageError otherwise.
+nlohmann::ordered_json templateArguments(const std::string& text);
 // JSON (--json) or the text (ids when there is no tokenizer) of a generation, on stdout.
 void printGeneration(const std::vector<int64_t>& promptIds, const GenerationResult& result,
                      const std::optional<Tokenizer>& tokenizer, bool json);

@@ -15,7 +15,8 @@ struct GenerateOptions {
     ModelOptions model;
     std::string prompt;
     std::string promptIds;
-    std::string chatTemplate = "plain";
+    std::string chatTemplate = "auto";
+    std::string templateArgs = "{}";
     std::string system;
     DecodeOptions decode;
     std::vector<std::string> stops;
@@ -30,8 +31,8 @@ std::vector<int64_t> promptIdsFor(const GenerateOptions& o, const std::optional<
     std::vector<ChatMessage> messages;
     if (!o.system.empty()) messages.push_back({"system", o.system});
     messages.push_back({"user", o.prompt});
-    // A chat template writes its own special tokens; the post-processor must not add more.
-    return tok->encode(applyChatTemplate(t, messages), /*addSpecialTokens=*/false);
+    const ChatPrompt chat = renderChat(t, o.model.model, messages, templateArguments(o.templateArgs));
+    return tok->encode(chat.text, chat.addSpecialTokens);
 }
 
 void run(const GenerateOptions& o) {
@@ -58,7 +59,11 @@ void addGenerateCommand(CLI::App& app) {
     auto* ids = cmd->add_option("--prompt-ids", o->promptIds, "Prompt as integer token ids: 1,2,3");
     text->excludes(ids);
     ids->excludes(text);
-    cmd->add_option("--chat-template", o->chatTemplate, "plain (text as is), chatml (Qwen) or llama3");
+    cmd->add_option("--chat-template", o->chatTemplate,
+                    "auto (default: the checkpoint's own template, as transformers' apply_chat_template renders it; "
+                    "the text as is where it has none), plain (text as is), chatml (Qwen) or llama3");
+    cmd->add_option("--template-args", o->templateArgs,
+                    "A JSON object of the chat template's keyword arguments, e.g. '{\"enable_thinking\": false}'");
     cmd->add_option("--system", o->system, "System message for chat templates");
     addDecodeOptions(cmd, o->decode);
     cmd->add_option("--stop", o->stops, "Stop when the generated text contains this string (repeatable)");

@@ -19,6 +19,9 @@ struct TokenizeOptions {
     std::string file;
     std::string ids;
     std::string jsonl;
+    std::string messages;
+    std::string chatTemplate = "auto";
+    std::string templateArgs = "{}";
     bool noSpecial = false;
     bool skipSpecial = false;
     bool json = false;
@@ -57,6 +60,24 @@ void forEachJsonLine(const std::string& path, const std::function<nlohmann::json
     }
 }
 
+void printIds(const std::vector<int64_t>& ids) {
+    for (std::size_t i = 0; i < ids.size(); ++i) std::cout << (i ? "," : "") << ids[i];
+    std::cout << "\n";
+}
+
+// --messages: the conversation rendered by the chosen template, then tokenized as
+// apply_chat_template tokenizes it.
+void tokenizeConversation(const TokenizeOptions& o, const Tokenizer& t) {
+    const ChatPrompt prompt = renderChat(parseChatTemplate(o.chatTemplate), o.model, readChatMessages(o.messages),
+                                         templateArguments(o.templateArgs));
+    const auto ids = t.encode(prompt.text, prompt.addSpecialTokens);
+    if (o.json)
+        std::cout << nlohmann::json{{"ids", ids}, {"text", prompt.text}, {"chat_template", prompt.templateUsed}}.dump()
+                  << "\n";
+    else
+        printIds(ids);
+}
+
 }  // namespace
 
 void addTokenizeCommands(CLI::App& app) {
@@ -70,15 +91,29 @@ void addTokenizeCommands(CLI::App& app) {
     auto* jsonl =
         tok->add_option("--jsonl", o->jsonl, "File of JSON strings, one a line: prints {\"ids\": [...]} a line")
             ->check(CLI::ExistingFile);
-    text->excludes(file, jsonl);
-    file->excludes(text, jsonl);
-    jsonl->excludes(text, file);
+    auto* messages = tok->add_option("--messages", o->messages,
+                                     "JSON file of [{\"role\", \"content\"}, ...]: tokenizes the conversation rendered by "
+                                     "--chat-template with the assistant's turn opened, as transformers' apply_chat_template")
+                         ->check(CLI::ExistingFile);
+    tok->add_option("--chat-template", o->chatTemplate,
+                    "With --messages: auto (default: the checkpoint's own template; the text as is where it has none), "
+                    "plain, chatml or llama3");
+    tok->add_option("--template-args", o->templateArgs,
+                    "With --messages: a JSON object of the template's keyword arguments, e.g. "
+                    "'{\"enable_thinking\": false, \"date_string\": \"26 Jul 2024\"}'");
+    text->excludes(file, jsonl, messages);
+    file->excludes(text, jsonl, messages);
+    jsonl->excludes(text, file, messages);
     tok->add_flag("--no-special", o->noSpecial, "Do not apply the post-processor (e.g. Llama 3's BOS)");
     tok->add_flag("--json", o->json, "Print {\"ids\": [...]}");
-    tok->callback([o, text, file, jsonl] {
-        if (text->count() + file->count() + jsonl->count() == 0)
-            throw UsageError("tokenize needs --text, --file or --jsonl");
+    tok->callback([o, text, file, jsonl, messages] {
+        if (text->count() + file->count() + jsonl->count() + messages->count() == 0)
+            throw UsageError("tokenize needs --text, --file, --jsonl or --messages");
         Tokenizer t = Tokenizer::fromModelDir(o->model);
+        if (messages->count()) {
+            tokenizeConversation(*o, t);
+            return;
+        }
         if (jsonl->count()) {
             forEachJsonLine(o->jsonl, [&](const nlohmann::json& line) {
                 return nlohmann::json{{"ids", t.encode(line.get<std::string>(), !o->noSpecial)}};
@@ -87,12 +122,10 @@ void addTokenizeCommands(CLI::App& app) {
         }
         const std::string input = file->count() ? readWholeFile(o->file) : o->text;
         const auto ids = t.encode(input, !o->noSpecial);
-        if (o->json) {
+        if (o->json)
             std::cout << nlohmann::json{{"ids", ids}}.dump() << "\n";
-        } else {
-            for (std::size_t i = 0; i < ids.size(); ++i) std::cout << (i ? "," : "") << ids[i];
-            std::cout << "\n";
-        }
+        else
+            printIds(ids);
     });
 
     CLI::App* detok = app.add_subcommand("detokenize", "Print the text of token ids");

@@ -210,7 +210,7 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
     if (c.datasetPath.empty()) data.fail("path", "is required");
     c.datasetPath = resolve(base, c.datasetPath, path, "dataset.path");
     c.chatTemplate = readChoice(path, "dataset.chat_template", chatTemplate,
-                                {ChatTemplate::Plain, ChatTemplate::ChatML, ChatTemplate::Llama3});
+                                {ChatTemplate::Auto, ChatTemplate::Plain, ChatTemplate::ChatML, ChatTemplate::Llama3});
 
     Table gen(root["generation"].as_table(), "generation.", path);
     gen.read("max_new_tokens", c.maxNewTokens);

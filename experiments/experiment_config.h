@@ -8,7 +8,8 @@
 //                kernels = "torch" | "invariant" (batch-invariant kernels: the remedy, CPU only)
 //   [model.generate]  arch, seed, hidden_size, layers, heads, kv_heads, intermediate_size: when
 //                present and `dir` has no config.json, a deterministic test model is written there
-//   [dataset]    path (JSONL: id, prompt | messages, answer, optional prefix_ids), chat_template
+//   [dataset]    path (JSONL: id, prompt | messages, answer, optional prefix_ids), chat_template =
+//                "auto" (the checkpoint's own template; the text as is where it has none) | "plain" | "chatml" | "llama3"
 //   [generation] max_new_tokens, stop = [...], ignore_eos = false, temperature, top_k, top_p, seed
 //   [boundary]   rule = "marker" | "offset" | "fraction", marker, offset, fraction
 //   [answer]     extract = "last_number" | "regex" | "boxed", regex
@@ -33,7 +34,7 @@ enum class BoundaryRule { Marker, Offset, Fraction };
 enum class TransplantSelection { All, Sample };  // Sample: an outcome-blind seeded fraction of items
 std::string choiceName(BoundaryRule rule);                // "marker" | "offset" | "fraction"
 std::string choiceName(TransplantSelection selection);    // "all" | "sample"
-std::string choiceName(ChatTemplate chatTemplate);        // "plain" | "chatml" | "llama3", as core spells them
+std::string choiceName(ChatTemplate chatTemplate);        // "auto" | "plain" | "chatml" | "llama3", as core spells them
 
 struct ExperimentConfig {
     std::string name;
@@ -46,7 +47,7 @@ struct ExperimentConfig {
     bool generateModel = false;          // [model.generate] present
     nlohmann::json generateSpec;         // its keys, for the manifest
     std::string datasetPath;
-    ChatTemplate chatTemplate = ChatTemplate::Plain;
+    ChatTemplate chatTemplate = ChatTemplate::Auto;  // the checkpoint's own; the text as is where it has none
     int64_t maxNewTokens = 64;
     std::vector<std::string> stopStrings;
     bool ignoreEos = false;

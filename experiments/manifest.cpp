@@ -20,8 +20,10 @@ nlohmann::json buildManifest(const ExperimentConfig& config) {
     nlohmann::json files = nlohmann::json::object();
     for (const auto& entry : fs::directory_iterator(config.modelDir)) {
         const std::string name = entry.path().filename().string();
+        // Weights, configs, the tokenizer and the chat template (chat_template.jinja): what decides the ids.
+        const auto extension = entry.path().extension();
         const bool relevant = entry.is_regular_file() &&
-                              (entry.path().extension() == ".safetensors" || entry.path().extension() == ".json");
+                              (extension == ".safetensors" || extension == ".json" || extension == ".jinja");
         if (relevant) files["model/" + name] = sha256File(entry.path().string());
     }
     if (!files.contains("model/config.json")) throw ConfigError(config.modelDir + ": no config.json");

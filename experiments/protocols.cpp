@@ -208,11 +208,10 @@ LocalizeResult runLocalize(const ItemContext& ctx, const Prefix& p, const KvCach
 
 std::vector<int64_t> promptIdsFor(const ItemContext& ctx, const DatasetItem& item) {
     if (!item.prefixIds.empty()) return item.prefixIds;
-    const ChatTemplate t = ctx.config.chatTemplate;
     std::vector<ChatMessage> messages = item.messages;
     if (messages.empty()) messages.push_back({"user", item.prompt});
-    if (t == ChatTemplate::Plain) return ctx.tokenizer.encode(applyChatTemplate(t, messages), true);
-    return ctx.tokenizer.encode(applyChatTemplate(t, messages), false);
+    const ChatPrompt chat = renderChat(ctx.config.chatTemplate, ctx.config.modelDir, messages);
+    return ctx.tokenizer.encode(chat.text, chat.addSpecialTokens);
 }
 
 int64_t storedBoundary(const ItemRecord& item) {

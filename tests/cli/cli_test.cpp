@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <filesystem>
 #include <vector>
 
 namespace kvscope {
@@ -354,6 +355,51 @@ TEST(Cli, PromptTextAndPromptIdsAreTheSameRun) {
 
     auto detok = runCli("detokenize --model " + model() + " --ids " + csv);
     EXPECT_EQ(detok.out, "Step 1: add the tens.\n");
+}
+
+// tokenize --messages renders the conversation (the assistant's turn opened) and tokenizes it as
+// apply_chat_template does: a template's text with add_special_tokens off, plain text with it on.
+TEST(Cli, TokenizeMessagesRendersTheChosenOrTheCheckpointsTemplate) {
+    test::TempDir dir;
+    const std::string copy = dir.file("model");
+    std::filesystem::create_directories(copy);
+    std::filesystem::copy_file(test::tinyModel("qwen2") + "/tokenizer.json", copy + "/tokenizer.json");
+    const std::string conversation = dir.file("chat.json");
+    test::writeTextFile(conversation, R"([{"role": "user", "content": "add the tens"}])");
+    const std::string base = "tokenize --model " + shellQuote(copy) + " --messages " + shellQuote(conversation);
+    auto ids = [](const test::CommandResult& r) {
+        EXPECT_EQ(r.exitCode, 0) << r.err;
+        return nlohmann::json::parse(r.out)["ids"];
+    };
+    auto textIds = [&](const std::string& text, bool special) {
+        return ids(runCli("tokenize --model " + shellQuote(copy) + " --text " + shellQuote(text) + " --json" +
+                          (special ? "" : " --no-special")));
+    };
+    EXPECT_EQ(ids(runCli(base + " --chat-template chatml --json")),
+              textIds("<|im_start|>user\nadd the tens<|im_end|>\n<|im_start|>assistant\n", false));
+    // auto without a template: the text as is; with one: the checkpoint's, its variables included.
+    auto plain = runCli(base + " --json");
+    EXPECT_EQ(ids(plain), textIds("add the tens", true));
+    EXPECT_NE(plain.out.find("has no chat template"), std::string::npos) << plain.out;
+    test::writeTextFile(copy + "/chat_template.jinja",
+                        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}{% if think %}<think>{% endif %}");
+    EXPECT_EQ(ids(runCli(base + " --template-args '{\"think\": true}' --json")),
+              textIds("<|im_start|>user\nadd the tens<|im_end|>\n<|im_start|>assistant\n<think>", false));
+    EXPECT_EQ(runCli(base).out, [&] {
+        std::string csv;
+        for (const auto& id : textIds("<|im_start|>user\nadd the tens<|im_end|>\n<|im_start|>assistant\n", false))
+            csv += (csv.empty() ? "" : ",") + std::to_string(id.get<int64_t>());
+        return csv + "\n";
+    }());
+    // Bad input names what is wrong.
+    test::writeTextFile(conversation, R"([{"role": "user"}])");
+    expectOneLineError(runCli(base), "message 0");
+    test::writeTextFile(conversation, R"([{"role": "user", "content": "x"}])");
+    expectOneLineError(runCli(base + " --template-args '[1]'"), "--template-args");
+    expectOneLineError(runCli(base + " --chat-template vicuna"), "vicuna");
+    test::writeTextFile(copy + "/chat_template.jinja", "{% for m in messages %}{{ m.content }}");
+    expectOneLineError(runCli(base), "chat_template.jinja");
 }
 
 TEST(Cli, SeededSamplingIsReproducibleAcrossProcesses) {
