@@ -126,7 +126,8 @@ nlohmann::ordered_json templateArguments(const std::string& text) {
     } catch (const nlohmann::json::exception& e) {
         throw UsageError("--template-args: not valid JSON (" + std::string(e.what()) + ")");
     }
-    if (!args.is_object()) throw UsageError("--template-args: expected a JSON object, e.g. '{\"enable_thinking\": false}'");
+    if (!args.is_object())
+        throw UsageError("--template-args: expected a JSON object, e.g. '{\"enable_thinking\": false}'");
     return args;
 }
 

@@ -91,10 +91,11 @@ void addTokenizeCommands(CLI::App& app) {
     auto* jsonl =
         tok->add_option("--jsonl", o->jsonl, "File of JSON strings, one a line: prints {\"ids\": [...]} a line")
             ->check(CLI::ExistingFile);
-    auto* messages = tok->add_option("--messages", o->messages,
-                                     "JSON file of [{\"role\", \"content\"}, ...]: tokenizes the conversation rendered by "
-                                     "--chat-template with the assistant's turn opened, as transformers' apply_chat_template")
-                         ->check(CLI::ExistingFile);
+    auto* messages =
+        tok->add_option("--messages", o->messages,
+                        "JSON file of [{\"role\", \"content\"}, ...]: tokenizes the conversation rendered by "
+                        "--chat-template with the assistant's turn opened, as transformers' apply_chat_template")
+            ->check(CLI::ExistingFile);
     tok->add_option("--chat-template", o->chatTemplate,
                     "With --messages: auto (default: the checkpoint's own template; the text as is where it has none), "
                     "plain, chatml or llama3");

@@ -32,20 +32,20 @@ namespace kvscope::experiments {
 // The closed choices of an experiment file, with their spelling there and in manifests.
 enum class BoundaryRule { Marker, Offset, Fraction };
 enum class TransplantSelection { All, Sample };  // Sample: an outcome-blind seeded fraction of items
-std::string choiceName(BoundaryRule rule);                // "marker" | "offset" | "fraction"
-std::string choiceName(TransplantSelection selection);    // "all" | "sample"
-std::string choiceName(ChatTemplate chatTemplate);        // "auto" | "plain" | "chatml" | "llama3", as core spells them
+std::string choiceName(BoundaryRule rule);  // "marker" | "offset" | "fraction"
+std::string choiceName(TransplantSelection selection);  // "all" | "sample"
+std::string choiceName(ChatTemplate chatTemplate);  // "auto" | "plain" | "chatml" | "llama3", as core spells them
 
 struct ExperimentConfig {
     std::string name;
-    std::string sourcePath;              // the .toml file
+    std::string sourcePath;  // the .toml file
     std::string modelDir;
     std::vector<std::string> dtypes = {"bf16"};
     std::string device = "cpu";
     Kernels kernels = Kernels::Torch;
     int threads = 0;
-    bool generateModel = false;          // [model.generate] present
-    nlohmann::json generateSpec;         // its keys, for the manifest
+    bool generateModel = false;  // [model.generate] present
+    nlohmann::json generateSpec;  // its keys, for the manifest
     std::string datasetPath;
     ChatTemplate chatTemplate = ChatTemplate::Auto;  // the checkpoint's own; the text as is where it has none
     int64_t maxNewTokens = 64;

@@ -22,8 +22,8 @@ nlohmann::json buildManifest(const ExperimentConfig& config) {
         const std::string name = entry.path().filename().string();
         // Weights, configs, the tokenizer and the chat template (chat_template.jinja): what decides the ids.
         const auto extension = entry.path().extension();
-        const bool relevant = entry.is_regular_file() &&
-                              (extension == ".safetensors" || extension == ".json" || extension == ".jinja");
+        const bool relevant =
+            entry.is_regular_file() && (extension == ".safetensors" || extension == ".json" || extension == ".jinja");
         if (relevant) files["model/" + name] = sha256File(entry.path().string());
     }
     if (!files.contains("model/config.json")) throw ConfigError(config.modelDir + ": no config.json");

@@ -152,25 +152,26 @@ void parseRope(const json& j, const Fields& f, ModelConfig& c) {
         rf.fail("partial_rotary_factor", "is not 1; kvscope rotates the whole head dimension only");
     std::vector<std::string> known = {"rope_type", "type", "rope_theta", "partial_rotary_factor"};
     if (type == "llama3") {
-        known.insert(known.end(), {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+        known.insert(known.end(),
+                     {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
         RopeScaling& s = c.ropeScaling;
         s.type = RopeType::Llama3;
         for (const char* key : {"factor", "low_freq_factor", "high_freq_factor"})
-            if (!rf.has(key)) rf.fail(key, "is missing (rope_type 'llama3' needs factor, low_freq_factor and high_freq_factor)");
+            if (!rf.has(key))
+                rf.fail(key, "is missing (rope_type 'llama3' needs factor, low_freq_factor and high_freq_factor)");
         s.factor = rf.optionalPositive("factor", 1.0);
         s.lowFreqFactor = rf.optionalPositive("low_freq_factor", 1.0);
         s.highFreqFactor = rf.optionalPositive("high_freq_factor", 1.0);
         if (!(s.highFreqFactor > s.lowFreqFactor))
             rf.fail("high_freq_factor", "must be greater than low_freq_factor (the blend divides by their difference)");
-        s.originalMaxPositionEmbeddings =
-            f.optionalInt("original_max_position_embeddings",
-                          rf.optionalInt("original_max_position_embeddings", c.maxPositionEmbeddings, kMaxPositions),
-                          kMaxPositions);
+        s.originalMaxPositionEmbeddings = f.optionalInt(
+            "original_max_position_embeddings",
+            rf.optionalInt("original_max_position_embeddings", c.maxPositionEmbeddings, kMaxPositions), kMaxPositions);
     }
     for (auto it = rope.object->begin(); it != rope.object->end(); ++it)
         if (std::find(known.begin(), known.end(), it.key()) == known.end())
-            rf.fail(it.key(), "is not one kvscope implements for rope_type '" + type + "' (it reads " +
-                                  joined(known) + ")");
+            rf.fail(it.key(),
+                    "is not one kvscope implements for rope_type '" + type + "' (it reads " + joined(known) + ")");
 }
 
 // Defaults that differ by family, as the pinned transformers' config classes set them.
@@ -239,7 +240,8 @@ ModelConfig ModelConfig::fromJson(const json& j, const std::string& source) {
     c.intermediateSize = f.requiredInt("intermediate_size", kMaxWidth * 8);
     c.vocabSize = f.requiredInt("vocab_size", kMaxVocabulary);
     c.headDim = f.optionalInt("head_dim", defaultHeadDim(c.architecture, c.hiddenSize, c.numHeads), kMaxHeadDim);
-    c.maxPositionEmbeddings = f.optionalInt("max_position_embeddings", defaultMaxPositions(c.architecture), kMaxPositions);
+    c.maxPositionEmbeddings =
+        f.optionalInt("max_position_embeddings", defaultMaxPositions(c.architecture), kMaxPositions);
     c.rmsNormEps = f.optionalPositive("rms_norm_eps", 1e-6);
     parseRope(j, f, c);
     c.tieWordEmbeddings = f.optionalBool("tie_word_embeddings", false);

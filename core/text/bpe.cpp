@@ -195,7 +195,9 @@ void BpeModel::mergeAll(std::vector<int64_t>& symbols) const {
     struct Candidate {
         int64_t rank, pos, result;
     };
-    auto later = [](const Candidate& a, const Candidate& b) { return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos; };
+    auto later = [](const Candidate& a, const Candidate& b) {
+        return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
+    };
     std::priority_queue<Candidate, std::vector<Candidate>, decltype(later)> queue(later);
     auto consider = [&](int64_t left) {
         if (left < 0 || next[left] >= n) return;

@@ -53,11 +53,13 @@ std::optional<CheckpointTemplate> checkpointTemplate(const std::string& dir) {
         for (const char* name : kSpecialTokenNames) {
             const auto it = config.find(name);
             if (it == config.end() || it->is_null()) continue;
-            if (it->is_string()) t.specialTokens[name] = *it;
+            if (it->is_string())
+                t.specialTokens[name] = *it;
             else if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
                 t.specialTokens[name] = (*it)["content"];
             else
-                throw FormatError(configPath.string() + ": field '" + name + "' must be a string or an object with a content");
+                throw FormatError(configPath.string() + ": field '" + name +
+                                  "' must be a string or an object with a content");
         }
     }
     if (fs::exists(jinjaPath)) {
@@ -79,8 +81,9 @@ std::optional<CheckpointTemplate> checkpointTemplate(const std::string& dir) {
                 t.text = named["template"].get<std::string>();
                 return t;
             }
-    throw FormatError(configPath.string() + ": field 'chat_template' must be a string or a list of {name, template} "
-                                            "with one named 'default'");
+    throw FormatError(configPath.string() +
+                      ": field 'chat_template' must be a string or a list of {name, template} "
+                      "with one named 'default'");
 }
 
 }  // namespace
@@ -90,7 +93,8 @@ ChatTemplate parseChatTemplate(const std::string& name) {
     if (name == "plain") return ChatTemplate::Plain;
     if (name == "chatml") return ChatTemplate::ChatML;
     if (name == "llama3") return ChatTemplate::Llama3;
-    throw UsageError("unknown chat template '" + name + "' (auto: the checkpoint's own; built in: plain, chatml, llama3)");
+    throw UsageError("unknown chat template '" + name +
+                     "' (auto: the checkpoint's own; built in: plain, chatml, llama3)");
 }
 
 std::string chatTemplateName(ChatTemplate t) {
@@ -160,7 +164,8 @@ std::vector<ChatMessage> readChatMessages(const std::string& path) {
         const auto& m = j[i];
         if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
             !m["content"].is_string())
-            throw UsageError(path + ": message " + std::to_string(i) + " must be {\"role\": string, \"content\": string}");
+            throw UsageError(path + ": message " + std::to_string(i) +
+                             " must be {\"role\": string, \"content\": string}");
         messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
     }
     return messages;

@@ -19,7 +19,8 @@ struct ChatMessage {
 
 enum class ChatTemplate { Auto, Plain, ChatML, Llama3 };
 
-ChatTemplate parseChatTemplate(const std::string& name);  // "auto" | "plain" | "chatml" | "llama3"; UsageError otherwise
+ChatTemplate parseChatTemplate(
+    const std::string& name);  // "auto" | "plain" | "chatml" | "llama3"; UsageError otherwise
 std::string chatTemplateName(ChatTemplate t);
 
 // The prompt text of a built-in template (not Auto) for `messages`, ending where the assistant's

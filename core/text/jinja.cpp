@@ -41,11 +41,31 @@ struct Value {
     std::shared_ptr<Value> self;     // Function: the object a method is bound to, if any
 
     static Value none() { return make(Kind::None); }
-    static Value of(bool b) { Value v = make(Kind::Bool); v.boolean = b; return v; }
-    static Value of(int64_t i) { Value v = make(Kind::Int); v.integer = i; return v; }
-    static Value of(double d) { Value v = make(Kind::Float); v.number = d; return v; }
-    static Value of(std::string s) { Value v = make(Kind::String); v.text = std::move(s); return v; }
-    static Value of(List l) { Value v = make(Kind::List); v.list = std::make_shared<List>(std::move(l)); return v; }
+    static Value of(bool b) {
+        Value v = make(Kind::Bool);
+        v.boolean = b;
+        return v;
+    }
+    static Value of(int64_t i) {
+        Value v = make(Kind::Int);
+        v.integer = i;
+        return v;
+    }
+    static Value of(double d) {
+        Value v = make(Kind::Float);
+        v.number = d;
+        return v;
+    }
+    static Value of(std::string s) {
+        Value v = make(Kind::String);
+        v.text = std::move(s);
+        return v;
+    }
+    static Value of(List l) {
+        Value v = make(Kind::List);
+        v.list = std::make_shared<List>(std::move(l));
+        return v;
+    }
     static Value of(Dict d, Kind kind = Kind::Dict) {
         Value v = make(kind);
         v.dict = std::make_shared<Dict>(std::move(d));
@@ -196,9 +216,12 @@ std::string repr(const Value& v, int depth) {
         std::string out(1, quote);
         for (char c : v.text) {
             if (c == quote || c == '\\') out += '\\';
-            if (c == '\n') out += "\\n";
-            else if (c == '\t') out += "\\t";
-            else out += c;
+            if (c == '\n')
+                out += "\\n";
+            else if (c == '\t')
+                out += "\\t";
+            else
+                out += c;
         }
         return out + quote;
     }
@@ -254,7 +277,12 @@ void appendJson(std::string& out, const Value& v, int indent, int depth) {
     case Value::Kind::None: out += "null"; return;
     case Value::Kind::Bool: out += v.boolean ? "true" : "false"; return;
     case Value::Kind::Int: out += std::to_string(v.integer); return;
-    case Value::Kind::Float: out += std::isfinite(v.number) ? floatText(v.number) : (std::isnan(v.number) ? "NaN" : v.number > 0 ? "Infinity" : "-Infinity"); return;
+    case Value::Kind::Float:
+        out += std::isfinite(v.number) ? floatText(v.number)
+                                       : (std::isnan(v.number) ? "NaN"
+                                          : v.number > 0       ? "Infinity"
+                                                               : "-Infinity");
+        return;
     case Value::Kind::String: appendJsonString(out, v.text); return;
     case Value::Kind::List:
         if (v.list->empty()) {
@@ -357,8 +385,10 @@ std::size_t tagEnd(const std::string& s, std::size_t from, const char* close) {
     char quote = 0;
     for (std::size_t i = from; i + 1 < s.size(); ++i) {
         if (quote) {
-            if (s[i] == '\\') ++i;
-            else if (s[i] == quote) quote = 0;
+            if (s[i] == '\\')
+                ++i;
+            else if (s[i] == quote)
+                quote = 0;
         } else if (s[i] == '\'' || s[i] == '"') {
             quote = s[i];
         } else if (s[i] == close[0] && s[i + 1] == close[1]) {
@@ -376,7 +406,9 @@ std::vector<Chunk> lex(std::string source, const std::string& name) {
     std::vector<Chunk> chunks;
     std::size_t pos = 0;
     bool lineStarting = true, stripNext = false, trimNewline = false;
-    auto lineAt = [&](std::size_t i) { return 1 + static_cast<int>(std::count(source.begin(), source.begin() + i, '\n')); };
+    auto lineAt = [&](std::size_t i) {
+        return 1 + static_cast<int>(std::count(source.begin(), source.begin() + i, '\n'));
+    };
     while (pos <= source.size()) {
         std::size_t open = pos;
         while ((open = source.find('{', open)) != std::string::npos && open + 1 < source.size() &&
@@ -384,8 +416,12 @@ std::vector<Chunk> lex(std::string source, const std::string& name) {
             ++open;
         if (open + 1 >= source.size()) open = std::string::npos;
         std::string text = source.substr(pos, open == std::string::npos ? std::string::npos : open - pos);
-        if (stripNext) text.erase(0, text.find_first_not_of(" \t\n\r\v\f") == std::string::npos ? text.size() : text.find_first_not_of(" \t\n\r\v\f"));
-        else if (trimNewline && !text.empty() && text[0] == '\n') text.erase(0, 1);
+        if (stripNext)
+            text.erase(0, text.find_first_not_of(" \t\n\r\v\f") == std::string::npos
+                              ? text.size()
+                              : text.find_first_not_of(" \t\n\r\v\f"));
+        else if (trimNewline && !text.empty() && text[0] == '\n')
+            text.erase(0, 1);
         if (open == std::string::npos) {
             if (!text.empty()) chunks.push_back({Chunk::Kind::Text, text, lineAt(pos)});
             break;
@@ -543,7 +579,9 @@ private:
                     const char h = i + k < s.size() ? s[i + k] : '\0';
                     if (!std::isxdigit(static_cast<unsigned char>(h)))
                         fail("the \\" + std::string(1, e) + " escape needs " + std::to_string(digits) + " hex digits");
-                    code = code * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (h | 0x20) - 'a' + 10);
+                    code = code * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(h))
+                                                                 ? h - '0'
+                                                                 : (h | 0x20) - 'a' + 10);
                 }
                 if (code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF))
                     fail("the \\" + std::string(1, e) + " escape names no Unicode character a text can hold");
@@ -567,11 +605,12 @@ struct Expr;
 using ExprPtr = std::shared_ptr<const Expr>;
 
 // The filters and tests the renderer implements; a template naming another is refused when parsed.
-const std::vector<std::string> kFilters = {"length", "count", "trim", "string", "lower", "upper", "replace", "default",
-                                           "d", "tojson", "join", "first", "last", "list", "items", "reverse", "int"};
-const std::vector<std::string> kTests = {"defined", "undefined", "none", "string", "number", "integer", "float",
-                                         "boolean", "true", "false", "mapping", "iterable", "sequence", "even", "odd",
-                                         "eq", "equalto"};
+const std::vector<std::string> kFilters = {"length",  "count",   "trim",  "string",  "lower", "upper",
+                                           "replace", "default", "d",     "tojson",  "join",  "first",
+                                           "last",    "list",    "items", "reverse", "int"};
+const std::vector<std::string> kTests = {"defined",  "undefined", "none", "string", "number",  "integer",
+                                         "float",    "boolean",   "true", "false",  "mapping", "iterable",
+                                         "sequence", "even",      "odd",  "eq",     "equalto"};
 
 std::string joined(const std::vector<std::string>& names) {
     std::string out;
@@ -586,7 +625,24 @@ void requireKnown(const TokenStream& ts, const std::vector<std::string>& known, 
 }
 
 struct Expr {
-    enum class Kind { Literal, Name, List, Dict, Attribute, Item, Slice, Call, Filter, Test, Not, Negate, Binary, And, Or, Conditional };
+    enum class Kind {
+        Literal,
+        Name,
+        List,
+        Dict,
+        Attribute,
+        Item,
+        Slice,
+        Call,
+        Filter,
+        Test,
+        Not,
+        Negate,
+        Binary,
+        And,
+        Or,
+        Conditional
+    };
     Kind kind = Kind::Literal;
     Value literal;
     std::string name;                   // Name, Attribute, Filter, Test, Binary's operator
@@ -639,7 +695,8 @@ private:
         e.line = line_;
         return e;
     }
-    ExprPtr binary(const std::string& op, ExprPtr a, ExprPtr b, Expr::Kind k = Expr::Kind::Binary, bool negated = false) {
+    ExprPtr binary(const std::string& op, ExprPtr a, ExprPtr b, Expr::Kind k = Expr::Kind::Binary,
+                   bool negated = false) {
         Expr e = node(k);
         e.name = op;
         e.args = {std::move(a), std::move(b)};
@@ -736,8 +793,10 @@ private:
                 t.name = ts_.expectName();
                 requireKnown(ts_, kTests, "test", t.name);
                 t.args = {e};
-                if (ts_.isOp("(")) arguments(t);
-                else if (!ts_.atEnd() && (ts_.peek().type == Token::Type::String || ts_.peek().type == Token::Type::Int))
+                if (ts_.isOp("("))
+                    arguments(t);
+                else if (!ts_.atEnd() &&
+                         (ts_.peek().type == Token::Type::String || ts_.peek().type == Token::Type::Int))
                     t.args.push_back(primary());  // `is divisibleby 3`, `is eq 'x'`
                 e = make(std::move(t));
             } else {
@@ -813,10 +872,14 @@ private:
         case Token::Type::Int: e.literal = Value::of(t.integer); return make(std::move(e));
         case Token::Type::Float: e.literal = Value::of(t.number); return make(std::move(e));
         case Token::Type::Name:
-            if (t.text == "true" || t.text == "True") e.literal = Value::of(true);
-            else if (t.text == "false" || t.text == "False") e.literal = Value::of(false);
-            else if (t.text == "none" || t.text == "None") e.literal = Value::none();
-            else e.kind = Expr::Kind::Name, e.name = t.text;
+            if (t.text == "true" || t.text == "True")
+                e.literal = Value::of(true);
+            else if (t.text == "false" || t.text == "False")
+                e.literal = Value::of(false);
+            else if (t.text == "none" || t.text == "None")
+                e.literal = Value::none();
+            else
+                e.kind = Expr::Kind::Name, e.name = t.text;
             return make(std::move(e));
         case Token::Type::Op:
             if (t.text == "(") {
@@ -937,7 +1000,8 @@ private:
             n->targets.push_back(ts.expectName());
             if (ts.accept(".")) n->targets.push_back(ts.expectName());
             if (!ts.accept("="))
-                fail(line, "'set' needs '= value' here (block assignments {% set x %}...{% endset %} are not supported)");
+                fail(line,
+                     "'set' needs '= value' here (block assignments {% set x %}...{% endset %} are not supported)");
             n->value = ExprParser(ts, line).expression();
         } else if (keyword == "break" || keyword == "continue") {
             n->kind = keyword == "break" ? Node::Kind::Break : Node::Kind::Continue;
@@ -1051,7 +1115,8 @@ private:
         }
         Value target = lookup(n.targets[0]);
         if (!target.is(Value::Kind::Namespace))
-            fail(n.line, "'set " + n.targets[0] + "." + n.targets[1] + "' needs a namespace(), not a " + kindName(target));
+            fail(n.line,
+                 "'set " + n.targets[0] + "." + n.targets[1] + "' needs a namespace(), not a " + kindName(target));
         set(target, n.targets[1], std::move(v));
     }
     static void set(Value& object, const std::string& key, Value v) {
@@ -1074,28 +1139,35 @@ private:
     void forLoop(const Node& n, std::string& out) {
         const Value iterable = eval(*n.value);
         List items;
-        if (iterable.is(Value::Kind::List)) items = *iterable.list;
-        else if (iterable.is(Value::Kind::Dict)) for (const auto& [k, v] : *iterable.dict) items.push_back(Value::of(k));
-        else if (iterable.is(Value::Kind::String)) for (const auto& c : codePoints(iterable.text)) items.push_back(Value::of(c));
+        if (iterable.is(Value::Kind::List))
+            items = *iterable.list;
+        else if (iterable.is(Value::Kind::Dict))
+            for (const auto& [k, v] : *iterable.dict) items.push_back(Value::of(k));
+        else if (iterable.is(Value::Kind::String))
+            for (const auto& c : codePoints(iterable.text)) items.push_back(Value::of(c));
         else if (!iterable.is(Value::Kind::Undefined) && !iterable.is(Value::Kind::None))
             fail(n.line, std::string("cannot loop over a ") + kindName(iterable));
-        else if (iterable.is(Value::Kind::None)) fail(n.line, "cannot loop over none");
+        else if (iterable.is(Value::Kind::None))
+            fail(n.line, "cannot loop over none");
         const auto length = static_cast<int64_t>(items.size());
         for (int64_t i = 0; i < length; ++i) {
             Value scope = Value::of(Dict{});
             bindTargets(scope, n, items[static_cast<std::size_t>(i)]);
-            set(scope, "loop", Value::of(Dict{{"index", Value::of(i + 1)}, {"index0", Value::of(i)},
-                                              {"revindex", Value::of(length - i)}, {"revindex0", Value::of(length - i - 1)},
-                                              {"first", Value::of(i == 0)}, {"last", Value::of(i == length - 1)},
-                                              {"length", Value::of(length)}}));
+            set(scope, "loop",
+                Value::of(Dict{{"index", Value::of(i + 1)},
+                               {"index0", Value::of(i)},
+                               {"revindex", Value::of(length - i)},
+                               {"revindex0", Value::of(length - i - 1)},
+                               {"first", Value::of(i == 0)},
+                               {"last", Value::of(i == length - 1)},
+                               {"length", Value::of(length)}}));
             scopes_.push_back(scope);
             try {
                 render(*n.children[0], out);
             } catch (const LoopBreak&) {
                 scopes_.pop_back();
                 break;
-            } catch (const LoopContinue&) {
-            }
+            } catch (const LoopContinue&) {}
             scopes_.pop_back();
         }
         if (length == 0 && n.children.size() > 1) render(*n.children[1], out);
@@ -1103,8 +1175,8 @@ private:
     void bindTargets(Value& scope, const Node& n, const Value& item) {
         if (n.targets.size() == 1) return set(scope, n.targets[0], item);
         if (!item.is(Value::Kind::List) || item.list->size() != n.targets.size())
-            fail(n.line, "cannot unpack a " + std::string(kindName(item)) + " into " + std::to_string(n.targets.size()) +
-                             " loop variables");
+            fail(n.line, "cannot unpack a " + std::string(kindName(item)) + " into " +
+                             std::to_string(n.targets.size()) + " loop variables");
         for (std::size_t k = 0; k < n.targets.size(); ++k) set(scope, n.targets[k], (*item.list)[k]);
     }
 
@@ -1170,8 +1242,9 @@ private:
     // obj.name: a dict's method, else its item; a string's or namespace's method or attribute.
     static Value attribute(const Value& obj, const std::string& name) {
         static const char* dictMethods[] = {"items", "keys", "values", "get"};
-        static const char* stringMethods[] = {"startswith", "endswith", "split", "strip", "lstrip", "rstrip", "upper",
-                                              "lower", "replace", "title", "capitalize", "count", "find", "join"};
+        static const char* stringMethods[] = {"startswith", "endswith", "split", "strip",   "lstrip",
+                                              "rstrip",     "upper",    "lower", "replace", "title",
+                                              "capitalize", "count",    "find",  "join"};
         if (obj.is(Value::Kind::Dict))
             for (const char* m : dictMethods)
                 if (name == m) return Value::function(name, obj);
@@ -1192,11 +1265,13 @@ private:
         if (key.is(Value::Kind::Int) && (obj.is(Value::Kind::List) || obj.is(Value::Kind::String))) {
             if (obj.is(Value::Kind::List)) {
                 const int64_t i = normalizedIndex(key.integer, static_cast<int64_t>(obj.list->size()));
-                return i >= 0 && i < static_cast<int64_t>(obj.list->size()) ? (*obj.list)[static_cast<std::size_t>(i)] : Value();
+                return i >= 0 && i < static_cast<int64_t>(obj.list->size()) ? (*obj.list)[static_cast<std::size_t>(i)]
+                                                                            : Value();
             }
             const auto cps = codePoints(obj.text);
             const int64_t i = normalizedIndex(key.integer, static_cast<int64_t>(cps.size()));
-            return i >= 0 && i < static_cast<int64_t>(cps.size()) ? Value::of(cps[static_cast<std::size_t>(i)]) : Value();
+            return i >= 0 && i < static_cast<int64_t>(cps.size()) ? Value::of(cps[static_cast<std::size_t>(i)])
+                                                                  : Value();
         }
         if (obj.is(Value::Kind::Undefined)) throw std::runtime_error("an item of an undefined value");
         return Value();
@@ -1205,9 +1280,12 @@ private:
     Value slice(const Expr& e) {
         const Value obj = eval(*e.args[0]);
         std::vector<Value> elements;
-        if (obj.is(Value::Kind::List)) elements = *obj.list;
-        else if (obj.is(Value::Kind::String)) for (const auto& c : codePoints(obj.text)) elements.push_back(Value::of(c));
-        else throw std::runtime_error(std::string("cannot slice a ") + kindName(obj));
+        if (obj.is(Value::Kind::List))
+            elements = *obj.list;
+        else if (obj.is(Value::Kind::String))
+            for (const auto& c : codePoints(obj.text)) elements.push_back(Value::of(c));
+        else
+            throw std::runtime_error(std::string("cannot slice a ") + kindName(obj));
         auto part = [&](std::size_t k) -> std::optional<int64_t> {
             if (!e.args[k]) return std::nullopt;
             const Value v = eval(*e.args[k]);
@@ -1226,7 +1304,8 @@ private:
         };
         const int64_t start = clamp(part(1), step > 0 ? 0 : n - 1), stop = clamp(part(2), step > 0 ? n : -1);
         List picked;
-        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) picked.push_back(elements[static_cast<std::size_t>(i)]);
+        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
+            picked.push_back(elements[static_cast<std::size_t>(i)]);
         if (obj.is(Value::Kind::List)) return Value::of(std::move(picked));
         std::string s;
         for (const auto& c : picked) s += c.text;
@@ -1239,15 +1318,16 @@ private:
         for (std::size_t i = 1; i < e.args.size(); ++i) args.push_back(eval(*e.args[i]));
         Dict keywords;
         for (const auto& [k, v] : e.keywords) keywords.emplace_back(k, eval(*v));
-        if (!callee.is(Value::Kind::Function)) throw std::runtime_error(std::string("a ") + kindName(callee) + " is not callable");
+        if (!callee.is(Value::Kind::Function))
+            throw std::runtime_error(std::string("a ") + kindName(callee) + " is not callable");
         if (callee.self) return method(*callee.self, callee.text, args);
         return global(callee.text, args, keywords, e.line);
     }
 
     Value global(const std::string& name, const List& args, const Dict& keywords, int line) {
         if (name == "raise_exception")
-            throw UsageError(name_ + ": line " + std::to_string(line) + ": the template raised: " +
-                             (args.empty() ? std::string() : str(args[0])));
+            throw UsageError(name_ + ": line " + std::to_string(line) +
+                             ": the template raised: " + (args.empty() ? std::string() : str(args[0])));
         if (name == "namespace" || name == "dict") {
             Dict d = !args.empty() && args[0].is(Value::Kind::Dict) ? *args[0].dict : Dict{};
             for (const auto& kv : keywords) d.push_back(kv);
@@ -1258,13 +1338,16 @@ private:
             std::tm local{};
             localtime_r(&now, &local);
             char buffer[256];
-            const std::size_t n = std::strftime(buffer, sizeof buffer, args.empty() ? "" : str(args[0]).c_str(), &local);
+            const std::size_t n =
+                std::strftime(buffer, sizeof buffer, args.empty() ? "" : str(args[0]).c_str(), &local);
             return Value::of(std::string(buffer, n));
         }
         if (name == "range") {
             int64_t from = 0, to = 0, step = 1;
-            if (args.size() == 1) to = args[0].integer;
-            else if (args.size() >= 2) from = args[0].integer, to = args[1].integer, step = args.size() > 2 ? args[2].integer : 1;
+            if (args.size() == 1)
+                to = args[0].integer;
+            else if (args.size() >= 2)
+                from = args[0].integer, to = args[1].integer, step = args.size() > 2 ? args[2].integer : 1;
             if (step == 0) throw std::runtime_error("range() step cannot be zero");
             if ((to - from) / step > kMaxRange) throw std::runtime_error("range() of more than 1048576 numbers");
             List l;
@@ -1295,8 +1378,9 @@ private:
             List candidates = !args.empty() && args[0].is(Value::Kind::List) ? *args[0].list : args;
             for (const auto& c : candidates) {
                 const std::string& p = c.text;
-                const bool match = name == "startswith" ? s.compare(0, p.size(), p) == 0
-                                                        : s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+                const bool match = name == "startswith"
+                                       ? s.compare(0, p.size(), p) == 0
+                                       : s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
                 if (match) return Value::of(true);
             }
             return Value::of(false);
@@ -1306,7 +1390,9 @@ private:
             return Value::of(stripped(s, optionalText(args, 0), name != "rstrip", name != "lstrip"));
         if (name == "upper" || name == "lower") {
             std::string out = s;
-            for (char& c : out) c = static_cast<char>(name == "upper" ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
+            for (char& c : out)
+                c = static_cast<char>(name == "upper" ? std::toupper(static_cast<unsigned char>(c))
+                                                      : std::tolower(static_cast<unsigned char>(c)));
             return Value::of(out);
         }
         if (name == "replace") {
@@ -1314,7 +1400,8 @@ private:
             const std::string from = str(args[0]), to = str(args[1]);
             std::string out;
             std::size_t start = 0;
-            for (std::size_t at; !from.empty() && (at = s.find(from, start)) != std::string::npos; start = at + from.size())
+            for (std::size_t at; !from.empty() && (at = s.find(from, start)) != std::string::npos;
+                 start = at + from.size())
                 out += s.substr(start, at - start) + to;
             return Value::of(out + s.substr(start));
         }
@@ -1342,12 +1429,16 @@ private:
         if (f == "string") return Value::of(str(v));
         if (f == "lower" || f == "upper") return method(Value::of(str(v)), f, {});
         if (f == "replace") return method(Value::of(str(v)), "replace", args);
-        if (f == "default" || f == "d") return v.is(Value::Kind::Undefined) ? (args.empty() ? Value::of(std::string()) : args[0]) : v;
+        if (f == "default" || f == "d")
+            return v.is(Value::Kind::Undefined) ? (args.empty() ? Value::of(std::string()) : args[0]) : v;
         if (f == "tojson") {
             int indent = -1;
             for (const auto& [k, value] : e.keywords)
-                if (k == "indent") indent = static_cast<int>(eval(*value).integer);
-                else throw std::runtime_error("tojson's '" + k + "' argument is not supported by kvscope's Jinja subset");
+                if (k == "indent")
+                    indent = static_cast<int>(eval(*value).integer);
+                else
+                    throw std::runtime_error("tojson's '" + k +
+                                             "' argument is not supported by kvscope's Jinja subset");
             if (!args.empty()) indent = static_cast<int>(args[0].integer);
             std::string out;
             appendJson(out, v, indent, 0);
@@ -1374,7 +1465,10 @@ private:
             std::reverse(l.begin(), l.end());
             return Value::of(std::move(l));
         }
-        if (f == "int") return Value::of(v.is(Value::Kind::Float) ? static_cast<int64_t>(v.number) : v.is(Value::Kind::String) ? static_cast<int64_t>(std::stoll(v.text)) : v.integer);
+        if (f == "int")
+            return Value::of(v.is(Value::Kind::Float)    ? static_cast<int64_t>(v.number)
+                             : v.is(Value::Kind::String) ? static_cast<int64_t>(std::stoll(v.text))
+                                                         : v.integer);
         fail(e.line, "filter '" + f + "' has no implementation");  // requireKnown refused any other name
     }
 
@@ -1406,9 +1500,12 @@ private:
         if (op == "~") return Value::of(str(a) + str(b));
         if (op == "<" || op == ">" || op == "<=" || op == ">=") {
             int order = 0;
-            if (a.isNumber() && b.isNumber()) order = a.asDouble() < b.asDouble() ? -1 : a.asDouble() > b.asDouble() ? 1 : 0;
-            else if (a.is(Value::Kind::String) && b.is(Value::Kind::String)) order = a.text.compare(b.text);
-            else throw std::runtime_error(std::string("cannot compare a ") + kindName(a) + " with a " + kindName(b));
+            if (a.isNumber() && b.isNumber())
+                order = a.asDouble() < b.asDouble() ? -1 : a.asDouble() > b.asDouble() ? 1 : 0;
+            else if (a.is(Value::Kind::String) && b.is(Value::Kind::String))
+                order = a.text.compare(b.text);
+            else
+                throw std::runtime_error(std::string("cannot compare a ") + kindName(a) + " with a " + kindName(b));
             return Value::of(op == "<" ? order < 0 : op == ">" ? order > 0 : op == "<=" ? order <= 0 : order >= 0);
         }
         if (op == "+" && a.is(Value::Kind::String) && b.is(Value::Kind::String)) return Value::of(a.text + b.text);
@@ -1418,10 +1515,12 @@ private:
             return Value::of(std::move(l));
         }
         if (!a.isNumber() || !b.isNumber())
-            throw std::runtime_error("unsupported operand types for " + op + ": " + kindName(a) + " and " + kindName(b));
+            throw std::runtime_error("unsupported operand types for " + op + ": " + kindName(a) + " and " +
+                                     kindName(b));
         const bool floating = a.is(Value::Kind::Float) || b.is(Value::Kind::Float) || op == "/";
         const double x = a.asDouble(), y = b.asDouble();
-        const int64_t i = a.is(Value::Kind::Bool) ? a.boolean : a.integer, j = b.is(Value::Kind::Bool) ? b.boolean : b.integer;
+        const int64_t i = a.is(Value::Kind::Bool) ? a.boolean : a.integer,
+                      j = b.is(Value::Kind::Bool) ? b.boolean : b.integer;
         if ((op == "/" || op == "//" || op == "%") && y == 0) throw std::runtime_error("division by zero");
         if (floating || (op == "**" && j < 0)) {
             if (op == "+") return Value::of(x + y);
@@ -1439,9 +1538,12 @@ private:
     static int64_t integerOperation(const std::string& op, int64_t i, int64_t j) {
         int64_t r = 0;
         bool overflow = false;
-        if (op == "+") overflow = __builtin_add_overflow(i, j, &r);
-        else if (op == "-") overflow = __builtin_sub_overflow(i, j, &r);
-        else if (op == "*") overflow = __builtin_mul_overflow(i, j, &r);
+        if (op == "+")
+            overflow = __builtin_add_overflow(i, j, &r);
+        else if (op == "-")
+            overflow = __builtin_sub_overflow(i, j, &r);
+        else if (op == "*")
+            overflow = __builtin_mul_overflow(i, j, &r);
         else if (op == "//" || op == "%") {
             if (i == INT64_MIN && j == -1) throw std::runtime_error("integer overflow in " + op);
             const int64_t q = i / j, m = i % j;
@@ -1465,8 +1567,10 @@ private:
         if (container.is(Value::Kind::String) && element.is(Value::Kind::String))
             return container.text.find(element.text) != std::string::npos;
         if (container.is(Value::Kind::List))
-            return std::any_of(container.list->begin(), container.list->end(), [&](const Value& v) { return equal(v, element); });
-        if (container.is(Value::Kind::Dict) && element.is(Value::Kind::String)) return container.find(element.text) != nullptr;
+            return std::any_of(container.list->begin(), container.list->end(),
+                               [&](const Value& v) { return equal(v, element); });
+        if (container.is(Value::Kind::Dict) && element.is(Value::Kind::String))
+            return container.find(element.text) != nullptr;
         if (container.is(Value::Kind::Undefined)) throw std::runtime_error("'in' an undefined value");
         return false;
     }

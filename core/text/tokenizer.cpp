@@ -100,7 +100,6 @@ struct Tokenizer::Impl {
     std::set<int64_t> specialIds;
     std::vector<std::string> idToToken;  // vocab + added tokens
 
-
     // Splits plain-text segments around added tokens whose `normalized` flag equals `normalizedPass`.
     std::vector<Segment> splitAdded(const std::vector<Segment>& in, bool normalizedPass) const {
         std::vector<Segment> out;
@@ -130,7 +129,8 @@ struct Tokenizer::Impl {
                 if (best->rstrip)
                     for (std::size_t n; matchEnd < t.size() && (n = whitespaceAt(t, matchEnd)) > 0;) matchEnd += n;
                 if (matchStart > plainStart)
-                    out.push_back({t.substr(plainStart, matchStart - plainStart), -1, seg.atInputStart && plainStart == 0});
+                    out.push_back(
+                        {t.substr(plainStart, matchStart - plainStart), -1, seg.atInputStart && plainStart == 0});
                 out.push_back({best->content, best->id});
                 plainStart = i = matchEnd;
             }

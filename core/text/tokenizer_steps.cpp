@@ -196,8 +196,7 @@ struct PreTokenizer::Step {
     void metaspace(const Piece& in, std::vector<Piece>& out) const {
         std::string text;
         for (char c : in.text) c == ' ' ? text += replacement : text += c;
-        const bool prependHere =
-            prepend == Prepend::Always || (prepend == Prepend::First && in.atInputStart);
+        const bool prependHere = prepend == Prepend::Always || (prepend == Prepend::First && in.atInputStart);
         if (prependHere && !startsWith(text, replacement)) text = replacement + text;
         if (!splitOnReplacement) {
             out.push_back({text, in.atInputStart});
@@ -238,8 +237,7 @@ PreTokenizer PreTokenizer::fromJson(const json& j, const std::string& source) {
         if (!j.contains("pretokenizers") || !j["pretokenizers"].is_array())
             throw FormatError(source + ": Sequence pre_tokenizer needs a 'pretokenizers' list");
         for (const auto& inner : j["pretokenizers"]) {
-            if (p.byteLevel_)
-                throw FormatError(source + ": a pre_tokenizer after ByteLevel is not supported");
+            if (p.byteLevel_) throw FormatError(source + ": a pre_tokenizer after ByteLevel is not supported");
             const PreTokenizer part = fromJson(inner, source);
             p.steps_.insert(p.steps_.end(), part.steps_.begin(), part.steps_.end());
             p.byteLevel_ = part.byteLevel_;
@@ -248,7 +246,8 @@ PreTokenizer PreTokenizer::fromJson(const json& j, const std::string& source) {
     }
     auto step = std::make_shared<Step>();
     if (type == "Split") {
-        if (j.value("invert", false)) throw FormatError(source + ": Split pre_tokenizer with invert=true is not supported");
+        if (j.value("invert", false))
+            throw FormatError(source + ": Split pre_tokenizer with invert=true is not supported");
         const std::string behavior = j.value("behavior", "Isolated");
         if (behavior != "Isolated" && behavior != "Removed")
             throw FormatError(source + ": Split behavior '" + behavior + "' is not supported (Isolated, Removed)");
@@ -264,9 +263,9 @@ PreTokenizer PreTokenizer::fromJson(const json& j, const std::string& source) {
         step->replacement = oneCharacter(j, "replacement", source, "Metaspace pre_tokenizer");
         step->splitOnReplacement = j.value("split", true);
         // Files written before prepend_scheme existed say add_prefix_space (true: "always").
-        const std::string scheme =
-            j.contains("prepend_scheme") ? stringField(j, "prepend_scheme", source, "Metaspace pre_tokenizer")
-                                         : (j.value("add_prefix_space", true) ? "always" : "never");
+        const std::string scheme = j.contains("prepend_scheme")
+                                       ? stringField(j, "prepend_scheme", source, "Metaspace pre_tokenizer")
+                                       : (j.value("add_prefix_space", true) ? "always" : "never");
         if (scheme == "always")
             step->prepend = Step::Prepend::Always;
         else if (scheme == "first")
@@ -274,7 +273,8 @@ PreTokenizer PreTokenizer::fromJson(const json& j, const std::string& source) {
         else if (scheme == "never")
             step->prepend = Step::Prepend::Never;
         else
-            throw FormatError(source + ": Metaspace prepend_scheme '" + scheme + "' is not one of always, first, never");
+            throw FormatError(source + ": Metaspace prepend_scheme '" + scheme +
+                              "' is not one of always, first, never");
     } else if (type == "Digits") {
         step->kind = Step::Kind::Digits;
         step->individualDigits = j.value("individual_digits", false);
@@ -353,8 +353,8 @@ struct Decoder::Step {
         };
         for (const auto& t : tokens) {
             int value = -1;
-            if (t.size() == 6 && startsWith(t, "<0x") && t[5] == '>' && std::isxdigit(static_cast<unsigned char>(t[3])) &&
-                std::isxdigit(static_cast<unsigned char>(t[4])))
+            if (t.size() == 6 && startsWith(t, "<0x") && t[5] == '>' &&
+                std::isxdigit(static_cast<unsigned char>(t[3])) && std::isxdigit(static_cast<unsigned char>(t[4])))
                 value = std::stoi(t.substr(3, 2), nullptr, 16);
             if (value >= 0) {
                 run += static_cast<char>(value);
@@ -432,8 +432,9 @@ Decoder Decoder::fromJson(const json& j, const std::string& source) {
     } else if (type == "Metaspace") {
         step->kind = Step::Kind::Metaspace;
         step->content = oneCharacter(j, "replacement", source, "Metaspace decoder");
-        const std::string scheme = j.contains("prepend_scheme") ? j["prepend_scheme"].get<std::string>()
-                                                                : (j.value("add_prefix_space", true) ? "always" : "never");
+        const std::string scheme = j.contains("prepend_scheme")
+                                       ? j["prepend_scheme"].get<std::string>()
+                                       : (j.value("add_prefix_space", true) ? "always" : "never");
         step->dropFirstReplacement = scheme != "never";
     } else {
         throw FormatError(source + ": decoder type '" + type +

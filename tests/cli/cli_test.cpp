@@ -381,9 +381,10 @@ TEST(Cli, TokenizeMessagesRendersTheChosenOrTheCheckpointsTemplate) {
     auto plain = runCli(base + " --json");
     EXPECT_EQ(ids(plain), textIds("add the tens", true));
     EXPECT_NE(plain.out.find("has no chat template"), std::string::npos) << plain.out;
-    test::writeTextFile(copy + "/chat_template.jinja",
-                        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-                        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}{% if think %}<think>{% endif %}");
+    test::writeTextFile(
+        copy + "/chat_template.jinja",
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}{% if think %}<think>{% endif %}");
     EXPECT_EQ(ids(runCli(base + " --template-args '{\"think\": true}' --json")),
               textIds("<|im_start|>user\nadd the tens<|im_end|>\n<|im_start|>assistant\n<think>", false));
     EXPECT_EQ(runCli(base).out, [&] {

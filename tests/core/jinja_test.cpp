@@ -64,8 +64,10 @@ TEST(ChatTemplates, AutoUsesTheCheckpointsTemplateWithItsSpecialTokens) {
     // chat_template.jinja wins, as transformers reads it.
     test::writeTextFile(model + "/chat_template.jinja", "J{{ messages[0].content }}{{ add_generation_prompt }}");
     EXPECT_EQ(renderChat(ChatTemplate::Auto, model, messages).text, "JhiTrue");
-    EXPECT_EQ(renderChat(ChatTemplate::ChatML, model, messages).text, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
-    test::writeTextFile(model + "/chat_template.jinja", "{% for m in messages %}\n{{ m.content|wordcount }}{% endfor %}");
+    EXPECT_EQ(renderChat(ChatTemplate::ChatML, model, messages).text,
+              "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    test::writeTextFile(model + "/chat_template.jinja",
+                        "{% for m in messages %}\n{{ m.content|wordcount }}{% endfor %}");
     test::expectErrorContaining<FormatError>([&] { renderChat(ChatTemplate::Auto, model, messages); },
                                              {"chat_template.jinja", "line 2", "wordcount"});
 }

@@ -183,16 +183,22 @@ TEST(Tokenizer, ByteLevelVocabularyLackingBytesDropsThemAsTokenizersDoes) {
     const auto a = tok.encode("a"), b = tok.encode("b");
     std::vector<int64_t> expected = a;
     expected.insert(expected.end(), b.begin(), b.end());
-    EXPECT_EQ(tok.encode("a\x04" "b"), expected);
+    EXPECT_EQ(tok.encode("a\x04"
+                         "b"),
+              expected);
     EXPECT_EQ(tok.encode("\x04"), std::vector<int64_t>{});
-    EXPECT_EQ(tok.decode(tok.encode("a\x06" "b")), "a\x06" "b");  // other bytes are still there
+    EXPECT_EQ(tok.decode(tok.encode("a\x06"
+                                    "b")),
+              "a\x06"
+              "b");  // other bytes are still there
 }
 
 // Llama-2-style SentencePiece BPE (byte fallback, unknown tokens, Prepend/Replace normalizer,
 // Metaspace) against the ids and text Hugging Face `tokenizers` gives for the same files
 // (tests/data/tokenizer/make_sentencepiece_cases.py wrote them).
 TEST(Tokenizer, SentencePieceStyleBpeGivesTokenizersIdsAndText) {
-    const auto data = nlohmann::json::parse(test::readTextFile(test::testDataDir() + "/tokenizer/sentencepiece_cases.json"));
+    const auto data =
+        nlohmann::json::parse(test::readTextFile(test::testDataDir() + "/tokenizer/sentencepiece_cases.json"));
     int checked = 0;
     for (const auto& set : data["sets"]) {
         SCOPED_TRACE(set["name"].get<std::string>());
@@ -202,7 +208,8 @@ TEST(Tokenizer, SentencePieceStyleBpeGivesTokenizersIdsAndText) {
             const auto ids = c["ids"].get<std::vector<int64_t>>();
             EXPECT_EQ(tok.encode(text), ids) << "text: '" << text << "'";
             EXPECT_EQ(tok.decode(ids), c["decoded"].get<std::string>()) << "text: '" << text << "'";
-            EXPECT_EQ(tok.decode(ids, true), c["decoded_skipping_special"].get<std::string>()) << "text: '" << text << "'";
+            EXPECT_EQ(tok.decode(ids, true), c["decoded_skipping_special"].get<std::string>())
+                << "text: '" << text << "'";
             ++checked;
         }
     }
@@ -211,7 +218,8 @@ TEST(Tokenizer, SentencePieceStyleBpeGivesTokenizersIdsAndText) {
 
 // SentencePiece BPE has no pre-tokenizer: a whole text is one word, merged in O(n log n).
 TEST(Tokenizer, OneLongWordIsMergedWithoutQuadraticTime) {
-    const auto data = nlohmann::json::parse(test::readTextFile(test::testDataDir() + "/tokenizer/sentencepiece_cases.json"));
+    const auto data =
+        nlohmann::json::parse(test::readTextFile(test::testDataDir() + "/tokenizer/sentencepiece_cases.json"));
     Tokenizer tok = Tokenizer::fromJson(data["sets"][0]["tokenizer"].dump(), "llama2-like");
     std::string text;
     for (int i = 0; i < 20000; ++i) text += "hello world ";

@@ -15,8 +15,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
              {{{"role", "system"}, {"content", "Be brief."}},
               {{"role", "user"}, {"content", "Hi\nthere <|im_start|>"}},
               {{"role", "assistant"}, {"content", "<think>\nx\n</think>\n\nHello"}}}},
-            {"add_generation_prompt", true}, {"bos_token", "<s>"}, {"eos_token", "</s>"},
-            {"tools", nullptr}, {"documents", nullptr}, {"enable_thinking", false}, {"date_string", "26 Jul 2024"}};
+            {"add_generation_prompt", true},
+            {"bos_token", "<s>"},
+            {"eos_token", "</s>"},
+            {"tools", nullptr},
+            {"documents", nullptr},
+            {"enable_thinking", false},
+            {"date_string", "26 Jul 2024"}};
         compiled.render(variables);
     });
     return 0;

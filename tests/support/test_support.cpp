@@ -59,8 +59,8 @@ RandomCheckpointSpec tinySpec(const std::string& name) {
     else if (variant == "qwen3")
         s.architecture = Architecture::Qwen3, s.headDim = 32;  // head_dim != hidden/heads
     else if (variant == "llama-bias")  // q/k/v/o biases and odd sizes: head_dim 8, 3 layers, 172 wide
-        s.architecture = Architecture::Llama, s.attentionBias = true, s.numHeads = 8, s.numKvHeads = 4,
-        s.numLayers = 3, s.intermediateSize = 172;
+        s.architecture = Architecture::Llama, s.attentionBias = true, s.numHeads = 8, s.numKvHeads = 4, s.numLayers = 3,
+        s.intermediateSize = 172;
     else
         throw std::runtime_error("unknown tiny model variant " + variant);
     if (wide) s.hiddenSize = 256, s.intermediateSize = 512;
