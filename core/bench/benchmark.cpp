@@ -453,7 +453,11 @@ BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const s
     for (const auto dtype : o.dtypes) {
         log("loading the model in " + dtypeName(dtype));
         const int64_t hugeBefore = hugePageBytesInUse();
-        const Transformer loaded = Transformer::load(report.modelDir, dtype, o.device);
+        // Loaded as for invariant kernels on the CPU: every weight 64-byte aligned, the same for every
+        // row (torch kernels would place weights at the file's alignment, for transformers' bits).
+        Numerics placement;
+        if (o.device.is_cpu()) placement.kernels = Kernels::Invariant;
+        const Transformer loaded = Transformer::load(report.modelDir, dtype, o.device, nullptr, placement);
         const int64_t hugeAfter = hugePageBytesInUse();
         const int64_t weightsOnHugePages =
             hugeBefore >= 0 && hugeAfter >= 0 ? std::max<int64_t>(0, hugeAfter - hugeBefore) : -1;

@@ -121,6 +121,7 @@ void SafetensorsFile::parseHeader() {
             continue;
         }
         entries_.push_back(parseEntry(p, it.key(), it.value(), dataBytes));
+        entries_.back().fileOffset = dataStart_ + entries_.back().begin;
     }
 
     // No two tensors may share bytes.

@@ -24,6 +24,7 @@ struct SafetensorsEntry {
     std::vector<int64_t> shape;
     std::size_t begin = 0;         // byte offsets into the data section, [begin, end)
     std::size_t end = 0;
+    std::size_t fileOffset = 0;    // where the data starts in the file (8 + header + begin)
 };
 
 class SafetensorsFile {

@@ -192,16 +192,26 @@ Transformer Transformer::load(const std::string& dir, torch::ScalarType dtype, t
     // afterwards. Freed, a large one (a 0.5B model's embedding: 272 MB in bf16, another 544 MB
     // converted to fp32) went back to the kernel, and on a VM that reports free pages to its host
     // that work slowed the next seconds' decode steps (bench/benchmark.cpp has the figures).
+    // transformers uses a tensor stored in the run's dtype where the mapped file has it; MKL's fp32
+    // products (without MKL_CBWR) choose their kernel by the weight's address modulo 16, so with
+    // torch kernels each such weight is placed at its file offset's alignment, as there (the
+    // decode steps of a checkpoint transformers wrote, SmolLM2's at 40 mod 64, gave other bits at
+    // 64-byte alignment). Converted weights are fresh 64-byte-aligned copies on both sides.
+    auto misalignment = [&](const std::string& name) -> std::size_t {
+        const SafetensorsEntry& e = ck.entry(name);
+        const bool asStored = scalarTypeFromSafetensors(e.dtype) == dtype;
+        return asStored && numerics.kernels == Kernels::Torch ? e.fileOffset % 64 : 0;
+    };
     std::size_t bytes = 0;
     auto footprint = [&](const std::string& name) {
-        return HugePageArena::footprint(c10::multiply_integers(ck.entry(name).shape), dtype);
+        return HugePageArena::footprint(c10::multiply_integers(ck.entry(name).shape), dtype, misalignment(name));
     };
     for (const auto& [name, slot] : slots) bytes += footprint(name);
     if (!c.tieWordEmbeddings) bytes += footprint("lm_head.weight");
     HugePageArena arena(device.is_cpu() ? bytes : 0);
     auto read = [&](const std::string& name) {
         if (!device.is_cpu()) return ck.read(name, dtype).to(device);
-        torch::Tensor t = arena.slot(ck.entry(name).shape, dtype);
+        torch::Tensor t = arena.slot(ck.entry(name).shape, dtype, misalignment(name));
         ck.readInto(name, t);
         return t;
     };

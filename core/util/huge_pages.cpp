@@ -45,14 +45,21 @@ HugePageArena::HugePageArena(std::size_t bytes) {
     }
 }
 
-std::size_t HugePageArena::footprint(int64_t numel, torch::ScalarType dtype) {
-    return roundUp(static_cast<std::size_t>(numel) * c10::elementSize(dtype), kAlignment);
+std::size_t HugePageArena::footprint(int64_t numel, torch::ScalarType dtype, std::size_t misalignment) {
+    return roundUp(misalignment % kAlignment + static_cast<std::size_t>(numel) * c10::elementSize(dtype), kAlignment);
 }
 
-torch::Tensor HugePageArena::slot(c10::IntArrayRef sizes, torch::ScalarType dtype) {
-    const std::size_t bytes = footprint(c10::multiply_integers(sizes), dtype);
-    if (!block_ || used_ + bytes > size_) return torch::empty(sizes, torch::TensorOptions().dtype(dtype));
-    void* data = static_cast<char*>(block_.get()) + used_;
+torch::Tensor HugePageArena::slot(c10::IntArrayRef sizes, torch::ScalarType dtype, std::size_t misalignment) {
+    misalignment %= kAlignment;
+    const std::size_t bytes = footprint(c10::multiply_integers(sizes), dtype, misalignment);
+    if (!block_ || used_ + bytes > size_) {
+        if (misalignment == 0) return torch::empty(sizes, torch::TensorOptions().dtype(dtype));
+        // torch's CPU allocator aligns to 64 bytes: over-allocate and start the tensor that far in.
+        torch::Tensor holder = torch::empty({static_cast<int64_t>(bytes)}, torch::TensorOptions().dtype(torch::kUInt8));
+        return torch::from_blob(static_cast<char*>(holder.data_ptr()) + misalignment, sizes, [holder](void*) {},
+                                torch::TensorOptions().dtype(dtype));
+    }
+    void* data = static_cast<char*>(block_.get()) + used_ + misalignment;
     used_ += bytes;
     const std::shared_ptr<void> owner = block_;  // each tensor in the block keeps it mapped
     return torch::from_blob(data, sizes, [owner](void*) {}, torch::TensorOptions().dtype(dtype));

@@ -25,15 +25,19 @@ class HugePageArena {
 public:
     explicit HugePageArena(std::size_t bytes);  // bytes: the sum of footprint() of what will be placed
 
-    // What a tensor of n elements of `dtype` takes in the block (each copy starts 64-byte aligned).
-    static std::size_t footprint(int64_t numel, torch::ScalarType dtype);
+    // What a tensor of n elements of `dtype` takes in the block. Each copy starts `misalignment`
+    // bytes (0-63) past a 64-byte boundary: 0, or where a mapped file would put it (see slot()).
+    static std::size_t footprint(int64_t numel, torch::ScalarType dtype, std::size_t misalignment = 0);
 
     // A contiguous copy of t (a CPU tensor) in the block, which lives as long as any tensor in it.
     // Where the block is full or could not be mapped: a plain contiguous copy, the same values.
     torch::Tensor place(const torch::Tensor& t);
-    // The next uninitialised tensor of `sizes` and `dtype` in the block (what place() copies into);
-    // where the block is full or could not be mapped, a plain one.
-    torch::Tensor slot(c10::IntArrayRef sizes, torch::ScalarType dtype);
+    // The next uninitialised tensor of `sizes` and `dtype` in the block (what place() copies into),
+    // starting `misalignment` bytes past a 64-byte boundary; where the block is full or could not
+    // be mapped, a plain one at the same offset from its 64-byte-aligned start. (MKL's fp32 products
+    // without conditional reproducibility give other bits for other weight alignments: a weight
+    // used where a file maps it has the file offset's alignment, Transformer::load.)
+    torch::Tensor slot(c10::IntArrayRef sizes, torch::ScalarType dtype, std::size_t misalignment = 0);
 
     void* block() const { return block_.get(); }  // null where mmap failed or bytes was 0
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // HugePageArena (core/util/huge_pages.h): copies with the same values in one block advised onto
 // 2 MiB pages, and a model loaded from disk gets its weights there.
+#include "core/model/checkpoint.h"
 #include "core/model/transformer.h"
 #include "core/util/huge_pages.h"
 #include "support/test_support.h"
@@ -103,23 +104,52 @@ TEST(HugePages, TheBlockLivesWhileAnyTensorInItDoes) {
     EXPECT_TRUE(torch::equal(kept, torch::full({5}, 2.5f)));  // an unmapped block would fault here
 }
 
+// Where a file's byte offset puts a tensor, modulo 64 (a mapped file's pages are 4 KiB aligned).
+std::size_t fileAlignment(const std::string& dir, const std::string& name) {
+    return Checkpoint::open(dir).entry(name).fileOffset % 64;
+}
+
+TEST(HugePages, ASlotCanStartWhereAMappedFileWouldPutIt) {
+    HugePageArena arena(HugePageArena::footprint(100, torch::kFloat32, 40) + HugePageArena::footprint(3, torch::kFloat32));
+    const torch::Tensor a = arena.slot({100}, torch::kFloat32, 40), b = arena.slot({3}, torch::kFloat32);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a.data_ptr()) % 64, 40u);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.data_ptr()) % 64, 0u);
+    const torch::Tensor outside = arena.slot({7}, torch::kFloat32, 24);  // the arena is full: a plain copy
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(outside.data_ptr()) % 64, 24u);
+    outside.fill_(3.0f);
+    EXPECT_TRUE(torch::equal(outside, torch::full({7}, 3.0f)));
+}
+
 TEST(HugePages, ALoadedModelHasItsWeightsInOneAdvisedBlock) {
     for (const char* variant : {"qwen2", "qwen2-tied"}) {
         SCOPED_TRACE(variant);
-        const Transformer model = Transformer::load(test::tinyModel(variant), torch::kFloat32, torch::kCPU);
+        const std::string dir = test::tinyModel(variant);
+        const Transformer model = Transformer::load(dir, torch::kFloat32, torch::kCPU);
         const Weights& w = model.weights();
         const auto start = reinterpret_cast<std::uintptr_t>(w.embed.data_ptr());
-        EXPECT_EQ(start % (std::uintptr_t{2} << 20), 0u) << "the embedding is the first weight placed";
+        // The embedding is the first weight placed; with torch kernels each fp32 weight of this fp32
+        // file sits at its file offset's alignment, where transformers' mapped file has it.
+        EXPECT_EQ(start % (std::uintptr_t{2} << 20), fileAlignment(dir, "model.embed_tokens.weight"));
+        EXPECT_EQ(reinterpret_cast<std::uintptr_t>(w.layers.front().wq.data_ptr()) % 64,
+                  fileAlignment(dir, "model.layers.0.self_attn.q_proj.weight"));
         EXPECT_EQ(w.lmHead.is_same(w.embed), std::string(variant) == "qwen2-tied");
         for (const torch::Tensor* t : {&w.layers.front().wq, &w.layers.back().wDown, &w.finalNorm, &w.lmHead}) {
             const auto at = reinterpret_cast<std::uintptr_t>(t->data_ptr());
-            EXPECT_EQ(at % 64, 0u);
             EXPECT_GE(at, start);
             EXPECT_LT(at - start, std::uintptr_t{64} << 20) << "every weight of the tiny model in one block";
             if (kernelHasThp()) {
                 EXPECT_NE(mappingFlags(t->data_ptr()).find(" hg"), std::string::npos) << mappingFlags(t->data_ptr());
             }
         }
+        // Converted weights (bf16 from this fp32 file) and invariant kernels' weights: 64-byte aligned.
+        Numerics invariant;
+        invariant.kernels = Kernels::Invariant;
+        auto expectAligned = [](const Transformer& m) {
+            for (const torch::Tensor* t : {&m.weights().embed, &m.weights().layers.back().wDown})
+                EXPECT_EQ(reinterpret_cast<std::uintptr_t>(t->data_ptr()) % 64, 0u);
+        };
+        expectAligned(Transformer::load(dir, torch::kBFloat16, torch::kCPU));
+        expectAligned(Transformer::load(dir, torch::kFloat32, torch::kCPU, nullptr, invariant));
     }
 }
 
