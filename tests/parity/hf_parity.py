@@ -11,7 +11,8 @@ Three kinds of checkpoint:
                    q/k/v/o biases, llama3 rope scaling, tied and untied
   smollm2          SmolLM2-135M-Instruct, a real trained model (tests/data/smollm2-135m-instruct,
                    scripts/fetch-test-data.sh --smollm2), prompted through its own chat template
-and for each of them, each dtype and each thread count, compares
+and for each of them, each dtype and each thread count (and, for the transformers-saved ones, 64 and
+16 new tokens), compares
 
   logits   every position of one forward over the decoded ids (kvscope logits / model(ids).logits)
   greedy   ids of a greedy decode of N new tokens (kvscope's live cache / model.generate)
@@ -219,13 +220,12 @@ def prompt_for(name, model_dir, length):
     return torch.randint(0, vocab, (length,), generator=generator).tolist()
 
 
-def run_case(kvscope, work, name, dtype_name, model_dir, prompt, args):
-    case = work / f"{name}-{dtype_name}-p{len(prompt)}-t{kvscope.threads}"
+def run_case(kvscope, work, name, dtype_name, model_dir, prompt, args, n):
+    case = work / f"{name}-{dtype_name}-p{len(prompt)}-n{n}-t{kvscope.threads}"
     case.mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device)
     dtype = DTYPES[dtype_name]
     common = ["--model", str(model_dir), "--dtype", dtype_name]
-    n = args.new_tokens
 
     # kvscope: live cache (prompt, then n greedy tokens fed back), prefill of the same ids, logits, diff.
     live, prefill, logits = case / "live.st", case / "prefill.st", case / "logits.st"
@@ -256,6 +256,7 @@ def run_case(kvscope, work, name, dtype_name, model_dir, prompt, args):
     differing_positions = sum(l["k"]["differing"] + l["v"]["differing"] for l in pattern_kv["layers"])
     return {
         "checkpoint": name, "dtype": dtype_name, "threads": kvscope.threads, "prompt_length": len(prompt),
+        "new_tokens": n,
         "logits": compare(kv_logits, hf_logits),
         "greedy": greedy,
         "live": compare_caches(kv_live, hf_live, length),
@@ -279,6 +280,9 @@ def main():
     parser.add_argument("--dtypes", default=None, help="comma list (default: fp32,bf16 on cpu; fp32,bf16,fp16 on cuda)")
     parser.add_argument("--checkpoints", default=",".join(all_checkpoints()))
     parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--short-new-tokens", type=int, default=16,
+                        help="also this many new tokens for the transformers-saved checkpoints (0: not), so "
+                             "their one-shot prefills take more shapes (libtorch blocks fp32 products by shape)")
     parser.add_argument("--prompt-lengths", default="16,5",
                         help="comma list of random prompt lengths (SmolLM2 takes its chat prompt)")
     parser.add_argument("--json-out", help="write every result (with the difference patterns) here")
@@ -303,17 +307,20 @@ def main():
         for threads in thread_counts:
             torch.set_num_threads(threads)
             kvscope = Kvscope(args.kvscope, threads, args.device)
+            lengths = [args.new_tokens]
+            if name in TRANSFORMERS_CHECKPOINTS and args.short_new_tokens:
+                lengths.append(args.short_new_tokens)
             for prompt in prompts:
-                for dtype_name in dtypes:
-                    results.append(run_case(kvscope, work, name, dtype_name, model_dir, prompt, args))
+                for n, dtype_name in [(n, d) for n in lengths for d in dtypes]:
+                    results.append(run_case(kvscope, work, name, dtype_name, model_dir, prompt, args, n))
                     r = results[-1]
-                    print(f"{name:24} {dtype_name:5} t{threads} p{len(prompt):<3} logits: {r['logits']:12} "
+                    print(f"{name:24} {dtype_name:5} t{threads} p{len(prompt):<3} n{n:<3} logits: {r['logits']:12} "
                           f"greedy: {r['greedy']:8} live: {r['live']:8} prefill: {r['prefill']:8} "
                           f"pattern: {r['pattern']:6} (live vs prefill: {r['live_vs_prefill']})", flush=True)
     cells = [r[k] for r in results for k in ("logits", "greedy", "live", "prefill", "pattern")]
     exact = sum(c == "exact" for c in cells)
     print(f"hf parity: {exact}/{len(cells)} cells bit-exact over {len(results)} checkpoint x dtype x threads x "
-          f"prompt cases ({args.new_tokens} new tokens, {time.time() - started:.0f} s)")
+          f"prompt x length cases ({time.time() - started:.0f} s)")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"results": results, "kvscope": version,
                                                    "transformers": transformers.__version__,
