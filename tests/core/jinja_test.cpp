@@ -30,11 +30,12 @@ TEST(Jinja, RendersAsJinja2DoesInTransformersEnvironment) {
 }
 
 TEST(Jinja, RefusalsNameWhatAndWhere) {
-    for (const auto& e : jinjaCases()["errors"]) {
+    const auto data = jinjaCases();  // named: a range-for over a temporary's member would dangle
+    for (const auto& e : data["errors"]) {
         const std::string name = e["name"];
         SCOPED_TRACE(name);
         try {
-            jinja::Template::parse(e["template"].get<std::string>(), "tpl").render(jinjaCases()["variables"]);
+            jinja::Template::parse(e["template"].get<std::string>(), "tpl").render(data["variables"]);
             ADD_FAILURE() << "not refused";
         } catch (const Error& error) {
             const std::string what = error.what();
