@@ -1117,7 +1117,20 @@ private:
         if (!target.is(Value::Kind::Namespace))
             fail(n.line,
                  "'set " + n.targets[0] + "." + n.targets[1] + "' needs a namespace(), not a " + kindName(target));
+        // Values share their lists and dicts; a namespace holding itself would never be freed.
+        if (holds(v, *target.dict, 0)) fail(n.line, "a namespace cannot hold itself");
         set(target, n.targets[1], std::move(v));
+    }
+    static bool holds(const Value& v, const Dict& dict, int depth) {
+        checkDepth(depth);
+        if (v.dict.get() == &dict) return true;
+        if (v.dict)
+            for (const auto& kv : *v.dict)
+                if (holds(kv.second, dict, depth + 1)) return true;
+        if (v.list)
+            for (const Value& e : *v.list)
+                if (holds(e, dict, depth + 1)) return true;
+        return v.self && holds(*v.self, dict, depth + 1);
     }
     static void set(Value& object, const std::string& key, Value v) {
         for (auto& [k, e] : *object.dict)

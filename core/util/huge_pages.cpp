@@ -56,8 +56,9 @@ torch::Tensor HugePageArena::slot(c10::IntArrayRef sizes, torch::ScalarType dtyp
         if (misalignment == 0) return torch::empty(sizes, torch::TensorOptions().dtype(dtype));
         // torch's CPU allocator aligns to 64 bytes: over-allocate and start the tensor that far in.
         torch::Tensor holder = torch::empty({static_cast<int64_t>(bytes)}, torch::TensorOptions().dtype(torch::kUInt8));
-        return torch::from_blob(static_cast<char*>(holder.data_ptr()) + misalignment, sizes, [holder](void*) {},
-                                torch::TensorOptions().dtype(dtype));
+        return torch::from_blob(
+            static_cast<char*>(holder.data_ptr()) + misalignment, sizes, [holder](void*) {},
+            torch::TensorOptions().dtype(dtype));
     }
     void* data = static_cast<char*>(block_.get()) + used_ + misalignment;
     used_ += bytes;

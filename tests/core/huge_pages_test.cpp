@@ -110,7 +110,8 @@ std::size_t fileAlignment(const std::string& dir, const std::string& name) {
 }
 
 TEST(HugePages, ASlotCanStartWhereAMappedFileWouldPutIt) {
-    HugePageArena arena(HugePageArena::footprint(100, torch::kFloat32, 40) + HugePageArena::footprint(3, torch::kFloat32));
+    HugePageArena arena(HugePageArena::footprint(100, torch::kFloat32, 40) +
+                        HugePageArena::footprint(3, torch::kFloat32));
     const torch::Tensor a = arena.slot({100}, torch::kFloat32, 40), b = arena.slot({3}, torch::kFloat32);
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a.data_ptr()) % 64, 40u);
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.data_ptr()) % 64, 0u);
