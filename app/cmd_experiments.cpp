@@ -142,6 +142,11 @@ void addAudit(CLI::App& app) {
                                              "caches by one prefill (protocol results not recomputed; --full "
                                              "replays them)"
                                            : "every protocol replayed token by token")
+                      << "\naudit: the run ran on " << s.runEnvironment << "\naudit: this replay runs on "
+                      << (s.environmentMatches ? "the same"
+                                               : s.replayEnvironment +
+                                                     " (not the run's: a mismatch may be the environment's, not the "
+                                                     "ledger's)")
                       << "\n";
         };
         const auto printMismatches = [](const ItemAudit& item) {
@@ -261,6 +266,7 @@ void addLedgerMerge(CLI::App& app) {
     struct Options {
         std::string out;
         std::vector<std::string> inputs;
+        bool allowMixedEnvironments = false;
     };
     auto o = std::make_shared<Options>();
     CLI::App* ledger = app.add_subcommand("ledger", "Ledger maintenance");
@@ -268,8 +274,12 @@ void addLedgerMerge(CLI::App& app) {
     CLI::App* merge = ledger->add_subcommand("merge", "Combine shard ledgers of one run into OUT");
     merge->add_option("out", o->out, "Ledger to merge into (created if needed)")->required();
     merge->add_option("inputs", o->inputs, "Shard ledgers")->required()->check(CLI::ExistingFile);
+    merge->add_flag("--allow-mixed-environments", o->allowMixedEnvironments,
+                    "Merge shards of one experiment run on different libtorch builds, CPUs or thread counts into one "
+                    "run (their bits may differ; the run's report says it is mixed)");
     merge->callback([o] {
-        for (const auto& r : mergeLedgers(o->out, o->inputs))
+        const MergeOptions options{o->allowMixedEnvironments};
+        for (const auto& r : mergeLedgers(o->out, o->inputs, options))
             std::cout << "run " << r.runId << ": " << r.itemsDone << " items\n";
     });
 }

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "experiments/ledger.h"
 
+#include "experiments/manifest.h"
+
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/fault_injection.h"
@@ -12,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -341,24 +344,51 @@ void Ledger::overwriteTrajectory(const std::string& runId, const std::string& it
 
 void Ledger::snapshotTo(const std::string& path) const { Statement(db_, "VACUUM INTO ?", path_).bind(1, path).step(); }
 
-void Ledger::mergeFrom(const Ledger& other) {
+void Ledger::replaceManifest(const std::string& runId, const nlohmann::json& manifest) {
+    Statement(db_, "UPDATE runs SET manifest = ? WHERE run_id = ?", path_).bind(1, manifest.dump()).bind(2, runId).step();
+}
+
+std::string Ledger::mergeTarget(const RunInfo& incoming, const std::string& source, bool allowMixedEnvironments) {
+    if (hasRun(incoming.runId)) {
+        // Paths may differ between shards' machines; what the run is may not.
+        if (run(incoming.runId).manifest.at("identity") != incoming.manifest.at("identity"))
+            throw UsageError("run " + incoming.runId + " has different manifests in " + path_ + " and " + source);
+        return incoming.runId;
+    }
+    for (RunInfo& mine : runs()) {
+        if (!sameInputs(mine.manifest, incoming.manifest)) continue;
+        const nlohmann::json theirs = environmentOf(incoming.manifest);
+        if (!allowMixedEnvironments)
+            throw UsageError(source + ": run " + incoming.runId + " is the experiment of run " + mine.runId +
+                             " in " + path_ + " on the same inputs, but another environment decided its bits: it ran on " +
+                             environmentText(theirs) + ", run " + mine.runId + " on " +
+                             environmentText(environmentOf(mine.manifest)) +
+                             "; pass --allow-mixed-environments to merge them into one run anyway");
+        nlohmann::json& mixed = mine.manifest["mixed_environments"];
+        if (mixed.is_null()) mixed.push_back(environmentOf(mine.manifest));
+        if (std::find(mixed.begin(), mixed.end(), theirs) == mixed.end()) mixed.push_back(theirs);
+        replaceManifest(mine.runId, mine.manifest);
+        return mine.runId;
+    }
+    createRun(incoming.runId, incoming.manifest);
+    return incoming.runId;
+}
+
+void Ledger::mergeFrom(const Ledger& other, bool allowMixedEnvironments) {
     for (const RunInfo& r : other.runs()) {
-        if (!hasRun(r.runId))
-            createRun(r.runId, r.manifest);
-        else if (run(r.runId).manifest != r.manifest)
-            throw UsageError("run " + r.runId + " has different manifests in the two ledgers");
-        const auto have = finishedItems(r.runId);
-        const auto mine = items(r.runId);
+        const std::string target = mergeTarget(r, other.path(), allowMixedEnvironments);
+        const auto have = finishedItems(target);
+        const auto mine = items(target);
         for (const ItemRecord& item : other.items(r.runId)) {
             if (!have.count(item.itemId)) {
-                recordItem(r.runId, item);
+                recordItem(target, item);
                 continue;
             }
             for (const auto& existing : mine)
                 if (existing.itemId == item.itemId &&
                     (!sameResults(existing.results, item.results) || existing.trajectories != item.trajectories ||
                      existing.fingerprints != item.fingerprints))
-                    throw UsageError("item '" + item.itemId + "' of run " + r.runId + " differs between " + path_ +
+                    throw UsageError("item '" + item.itemId + "' of run " + target + " differs between " + path_ +
                                      " and " + other.path());
         }
     }
@@ -405,7 +435,8 @@ LedgerWriteLock::~LedgerWriteLock() {
     if (fd_ >= 0) ::close(fd_);  // releases the lock; the next holder rewrites the PID
 }
 
-std::vector<RunInfo> mergeLedgers(const std::string& outPath, const std::vector<std::string>& inputs) {
+std::vector<RunInfo> mergeLedgers(const std::string& outPath, const std::vector<std::string>& inputs,
+                                  const MergeOptions& options) {
     namespace fs = std::filesystem;
     const LedgerWriteLock lock(outPath);
     // The merge happens in OUT.partial, a snapshot of OUT (VACUUM INTO reads through OUT's WAL), and
@@ -424,7 +455,8 @@ std::vector<RunInfo> mergeLedgers(const std::string& outPath, const std::vector<
     std::vector<RunInfo> runs;
     try {
         Ledger merged(partial);
-        for (const auto& input : inputs) merged.mergeFrom(Ledger(input, LedgerAccess::ReadOnly));
+        for (const auto& input : inputs)
+            merged.mergeFrom(Ledger(input, LedgerAccess::ReadOnly), options.allowMixedEnvironments);
         runs = merged.runs();
     } catch (...) {
         fs::remove(partial, ignored);

@@ -80,11 +80,19 @@ public:
                              const std::vector<int64_t>& ids);
 
     // Copies every run and item of `other` into this ledger; the same item twice must be identical.
-    void mergeFrom(const Ledger& other);
+    // A run of the same experiment on the same inputs in another environment (another libtorch, CPU
+    // or thread count: another run id) is refused naming both environments, or with
+    // allowMixedEnvironments its items join this ledger's run, whose manifest then lists every
+    // environment under "mixed_environments".
+    void mergeFrom(const Ledger& other, bool allowMixedEnvironments = false);
+    void replaceManifest(const std::string& runId, const nlohmann::json& manifest);
     // A consistent copy of the whole database in a new file at `path` (SQLite's VACUUM INTO).
     void snapshotTo(const std::string& path) const;
 
 private:
+    // The run of this ledger that `incoming` (a run of the ledger at `source`) merges into; creates it
+    // where there is none. mergeFrom says what it refuses.
+    std::string mergeTarget(const RunInfo& incoming, const std::string& source, bool allowMixedEnvironments);
     void exec(const std::string& sql) const;
     void openDatabase(LedgerAccess access);
     void checkOrCreateSchema(LedgerAccess access);
@@ -115,6 +123,10 @@ private:
 
 // `ledger merge`: the runs and items of every input ledger added to OUT (created if missing), under
 // OUT's write lock, in OUT.partial renamed over OUT only when complete. Returns OUT's runs.
-std::vector<RunInfo> mergeLedgers(const std::string& outPath, const std::vector<std::string>& inputs);
+struct MergeOptions {
+    bool allowMixedEnvironments = false;  // Ledger::mergeFrom
+};
+std::vector<RunInfo> mergeLedgers(const std::string& outPath, const std::vector<std::string>& inputs,
+                                  const MergeOptions& options = {});
 
 }  // namespace kvscope::experiments

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "experiments/report.h"
 
+#include "experiments/manifest.h"
+
 #include "core/stats/stats.h"
 
 #include <algorithm>
@@ -164,6 +166,19 @@ std::string csvFlag(const MatchedResult* m, bool MatchedResult::* flag) {
     return csvField(m ? std::optional<bool>(m->*flag) : std::nullopt);
 }
 
+// Where the run's bits came from, and a warning where a merge mixed environments.
+std::string environmentMarkdown(const json& r) {
+    std::string text = "Ran on " + environmentText(r.value("environment", json())) + ".\n\n";
+    const json mixed = r.value("mixed_environments", json());
+    if (mixed.is_array()) {
+        text += "**Mixed environments** (`ledger merge --allow-mixed-environments`): this run's items ran on " +
+                std::to_string(mixed.size()) + " environments, whose bits may differ:\n\n";
+        for (const auto& e : mixed) text += "- " + environmentText(e) + "\n";
+        text += "\n";
+    }
+    return text;
+}
+
 }  // namespace
 
 StudySummary summarizeStudy(const std::vector<ItemRecord>& items) {
@@ -176,6 +191,8 @@ json buildReport(const std::vector<ItemRecord>& items, const RunInfo& run) {
     return {{"run", run.runId},
             {"experiment", describeRun(run.manifest).name},
             {"kernels", kernelsName(describeRun(run.manifest).kernels)},
+            {"environment", environmentOf(run.manifest)},
+            {"mixed_environments", run.manifest.value("mixed_environments", json())},
             {"items", items.size()},
             {"matched", toJson(study.matched)},
             {"fixed_prefix_2x2", {{"bf16", toJson(study.fixedPrefixBf16)}, {"fp32", toJson(study.fixedPrefixFp32)}}},
@@ -196,7 +213,9 @@ std::string reportMarkdown(const json& r) {
     const json& m = r["matched"];
     s << "# kvscope report: " << r["experiment"].get<std::string>() << " (run " << r["run"].get<std::string>() << ", "
       << r["items"] << " items, " << r["kernels"].get<std::string>()
-      << " kernels)\n\n## matched (live vs one-shot prefill of the same prefix)\n\n| measure | value |\n|---|---|\n"
+      << " kernels)\n\n"
+      << environmentMarkdown(r)
+      << "## matched (live vs one-shot prefill of the same prefix)\n\n| measure | value |\n|---|---|\n"
       << "| items compared | " << m["n"] << " |\n| trace never reached the boundary | " << m["no_boundary"] << " |\n"
       << "| suffixes differ | " << m["suffix_differ"] << " / " << m["n"] << " |\n"
       << "| correctness labels differ | " << m["label_differ"] << " / " << m["n"] << " |\n"
@@ -259,6 +278,10 @@ std::string comparisonMarkdown(const json& comparison) {
         return o.str();
     };
     row("run", [](const json& r) { return r["run"].get<std::string>(); });
+    row("environment", [](const json& r) {
+        const bool mixed = r.value("mixed_environments", json()).is_array();
+        return environmentText(r.value("environment", json())) + (mixed ? " (mixed)" : "");
+    });
     row("suffixes differ (live vs prefill)",
         [&](const json& r) { return ratio(r["matched"]["suffix_differ"], r["matched"]["n"]); });
     row("correctness labels differ",

@@ -7,6 +7,8 @@
 //            margins {at_divergence, non_divergent} (quantiles)
 //   fixed_prefix_2x2: {bf16|fp32: n, disagree, wilson_upper}
 //   kernels ("torch" | "invariant")
+//   environment (manifest.h's runEnvironment; null for older runs), mixed_environments (null, or every
+//   environment a merged run's items ran on)
 //   bridge {n, exact}   audit {n, reproduced}   transplant {n, follows_donor, ...}
 //   localize {n, layers_needed: [[layers of item 1], ...], items: [...]}
 // Proportions are fractions, not percent.

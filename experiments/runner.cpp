@@ -154,7 +154,12 @@ AuditSummary auditRun(const Ledger& ledger, const std::string& runId, const Audi
                       const std::function<void(const ItemAudit&)>& onItem) {
     const RunInfo run = ledger.run(runId);
     ExperimentConfig config = configOfRun(run, options.modelDir, options.datasetPath);
-    const std::string change = describeManifestChange(run.manifest, buildManifest(config));
+    // An audit replays on whatever environment it finds and says whether that is the run's; only
+    // the inputs must be the run's.
+    nlohmann::json here = buildManifest(config);
+    const nlohmann::json hereEnvironment = environmentOf(here);
+    here["identity"]["environment"] = environmentOf(run.manifest);
+    const std::string change = describeManifestChange(run.manifest, here);
     if (!change.empty()) throw UsageError("cannot audit run " + run.runId + ": " + change + " since the run");
     config.protocols.erase("audit");
     ModelPool models(config.modelDir, config.device, config.numerics());
@@ -164,6 +169,9 @@ AuditSummary auditRun(const Ledger& ledger, const std::string& runId, const Audi
     const auto dataset = loadDataset(config.datasetPath);
     AuditSummary summary;
     summary.atPrefillSpeed = auditsAtPrefillSpeed(config, options.depth);
+    summary.runEnvironment = environmentText(environmentOf(run.manifest));
+    summary.replayEnvironment = environmentText(hereEnvironment);
+    summary.environmentMatches = environmentOf(run.manifest) == hereEnvironment;
     onStart(summary);
     for (const ItemRecord& stored : ledger.items(run.runId)) {
         if (options.limit >= 0 && summary.checked >= options.limit) break;

@@ -68,6 +68,10 @@ struct ItemAudit {
 struct AuditSummary {
     bool atPrefillSpeed = false;  // see AuditDepth
     int64_t checked = 0, reproduced = 0;
+    // Where the run ran and where this replay runs (environmentText); a replay on another
+    // environment may legitimately give other bits.
+    std::string runEnvironment, replayEnvironment;
+    bool environmentMatches = true;
 };
 
 // Replays run `runId` of `ledger` item by item (kvscope audit, and the crash-safety test in

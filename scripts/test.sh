@@ -40,6 +40,11 @@ for preset in "${presets[@]}"; do
     stage "the Slurm test" "$root/scripts/slurm-test.sh" "$root/build/dev/app/kvscope"
   fi
 done
+# Both builds at hand: one ledger, two libtorch builds (a run's identity includes what decides its bits).
+if [[ " ${presets[*]} " == *" dev "* && " ${presets[*]} " == *" torch-pip "* ]]; then
+  stage "the two-builds ledger test" "$root/scripts/two-builds-test.sh" "$root/build/dev/app/kvscope" \
+    "$root/build/torch-pip/app/kvscope"
+fi
 # The gates that need the whole default run (the README's and CI's): the C++ layout, checked with the
 # clang-format pinned in .venv (made for torch-pip), and the fuzz harnesses.
 if [ $# -eq 0 ]; then

@@ -45,6 +45,23 @@ std::string cpuVectorFeatures() {
     return "unknown (no /proc/cpuinfo flags)";
 }
 
+std::string cpuModelName() {
+    std::ifstream in("/proc/cpuinfo");
+    std::string name, family, model;
+    auto valueOf = [](const std::string& line) {
+        const auto colon = line.find(':');
+        const auto start = line.find_first_not_of(' ', colon + 1);
+        return colon == std::string::npos || start == std::string::npos ? std::string() : line.substr(start);
+    };
+    for (std::string line; std::getline(in, line) && !line.empty();) {  // the first processor's block
+        if (line.rfind("model name", 0) == 0) name = valueOf(line);
+        if (line.rfind("cpu family", 0) == 0) family = valueOf(line);
+        if (line.rfind("model\t", 0) == 0) model = valueOf(line);
+    }
+    if (name.empty()) return "unknown CPU";
+    return family.empty() ? name : name + " (family " + family + ", model " + model + ")";
+}
+
 std::string deviceSummary() {
     std::string s = "cpu (" + std::to_string(at::get_num_threads()) + " threads; " + cpuVectorFeatures() + ")";
     if (torch::cuda::is_available())

@@ -7,6 +7,7 @@ std::string kvscopeVersion();       // "0.2.0"
 std::string libtorchVersion();      // the headers kvscope was built against: "1.13.0", "2.13.0"
 std::string libtorchLibraryPath();  // the libtorch_cpu file this process actually loaded
 std::string cpuVectorFeatures();    // "avx2 fma avx512f ...": the extensions that pick kernels, and so bits
+std::string cpuModelName();         // "AMD EPYC (family 25, model 17)": /proc/cpuinfo's model name and numbers
 std::string deviceSummary();        // "cpu (2 threads); CUDA: not available"
 
 // oneDNN runs libtorch's bf16 matrix products on x86 CPUs, and the instruction set it picked sets

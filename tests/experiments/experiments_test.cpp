@@ -10,10 +10,14 @@
 
 #include "core/model/transformer.h"
 #include "core/util/error.h"
+#include "core/util/version.h"
+#include "experiments/runner.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+
+#include <ATen/Parallel.h>
 
 #include <filesystem>
 
@@ -335,6 +339,95 @@ TEST(Manifest, DescribeRunReadsTheTypedFieldsAndToleratesAnOlderManifest) {
     EXPECT_EQ(old.kernels, Kernels::Torch) << "runs from before the choice existed used torch's kernels";
 }
 
+TEST(Manifest, RecordsTheEnvironmentThatDecidesTheBits) {
+    test::TempDir dir;
+    ExperimentConfig c = ExperimentConfig::load(writeToml(dir, ""));
+    const test::ThreadCountGuard restore;
+    at::set_num_threads(1);
+    const auto one = buildManifest(c);
+    const nlohmann::json& e = one["identity"]["environment"];
+    EXPECT_EQ(e["libtorch"], libtorchVersion());
+    EXPECT_EQ(e["cpu"], cpuVectorFeatures());
+    EXPECT_EQ(e["threads"], 1) << "torch kernels split reductions by thread count";
+    EXPECT_FALSE(e["fp32_products"].get<std::string>().empty());
+    EXPECT_TRUE(one["machine"].contains("cpu_model"));
+
+    at::set_num_threads(2);
+    const auto two = buildManifest(c);
+    EXPECT_NE(runIdOf(one), runIdOf(two));
+    EXPECT_TRUE(sameInputs(one, two));
+    const std::string change = describeManifestChange(one, two);
+    EXPECT_NE(change.find("1 threads"), std::string::npos) << change;
+    EXPECT_NE(change.find("2 threads"), std::string::npos) << change;
+
+    c.kernels = Kernels::Invariant;  // the same bits on any thread count
+    const auto invariantOne = buildManifest(c);
+    at::set_num_threads(1);
+    EXPECT_EQ(runIdOf(invariantOne), runIdOf(buildManifest(c)));
+    EXPECT_FALSE(invariantOne["identity"]["environment"].contains("threads"));
+
+    nlohmann::json otherBuild = one;
+    otherBuild["identity"]["environment"]["libtorch"] = "1.13.0";
+    EXPECT_NE(describeManifestChange(one, otherBuild).find("libtorch 1.13.0"), std::string::npos);
+    EXPECT_NE(environmentText(nlohmann::json()).find("did not record"), std::string::npos);
+}
+
+TEST(Manifest, AResumeInAnotherEnvironmentIsRefusedNamingBothSides) {
+    test::TempDir dir;
+    const ExperimentConfig c = ExperimentConfig::load(writeToml(dir, ""));
+    RunOptions o;
+    o.ledgerPath = dir.file("ledger.db");
+    o.limit = 0;  // opening the run is what is tested
+    const std::atomic<bool> noStop{false};
+    const test::ThreadCountGuard restore;
+    o.threads = 1;
+    runExperiment(c, o, [](const RunProgress&) {}, noStop);
+    o.threads = 2;
+    expectError<UsageError>([&] { runExperiment(c, o, [](const RunProgress&) {}, noStop); },
+                            "the run has libtorch " + libtorchVersion());
+    o.newRun = true;  // a new run beside it is what --new-run is for
+    EXPECT_NO_THROW(runExperiment(c, o, [](const RunProgress&) {}, noStop));
+    EXPECT_EQ(Ledger(o.ledgerPath, LedgerAccess::ReadOnly).runs().size(), 2u);
+}
+
+TEST(Ledger, AMergeOfShardsFromOtherEnvironmentsIsRefusedUnlessAllowedAndThenSaysSo) {
+    test::TempDir dir;
+    ExperimentConfig c = ExperimentConfig::load(writeToml(dir, ""));
+    const nlohmann::json here = buildManifest(c);
+    nlohmann::json elsewhere = here;
+    elsewhere["identity"]["environment"]["libtorch"] = "1.13.0";
+    elsewhere["identity"]["environment"]["fp32_products"] = "OpenBLAS Zen";
+    {
+        Ledger a(dir.file("a.db")), b(dir.file("b.db"));
+        a.createRun(runIdOf(here), here);
+        a.recordItem(runIdOf(here), sampleItem("x", 0, true));
+        b.createRun(runIdOf(elsewhere), elsewhere);
+        b.recordItem(runIdOf(elsewhere), sampleItem("y", 1, false));
+    }
+    try {
+        mergeLedgers(dir.file("out.db"), {dir.file("a.db"), dir.file("b.db")});
+        FAIL() << "a merge across environments went through";
+    } catch (const UsageError& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find(dir.file("b.db")), std::string::npos) << what;
+        EXPECT_NE(what.find("libtorch 1.13.0, fp32 on OpenBLAS Zen"), std::string::npos) << what;
+        EXPECT_NE(what.find("libtorch " + libtorchVersion()), std::string::npos) << what;
+        EXPECT_NE(what.find("--allow-mixed-environments"), std::string::npos) << what;
+    }
+    EXPECT_FALSE(std::filesystem::exists(dir.file("out.db"))) << "a refused merge leaves nothing behind";
+
+    const auto runs = mergeLedgers(dir.file("out.db"), {dir.file("a.db"), dir.file("b.db")}, MergeOptions{true});
+    ASSERT_EQ(runs.size(), 1u) << "with the flag, one run holds both shards' items";
+    EXPECT_EQ(runs[0].itemsDone, 2);
+    const nlohmann::json& mixed = runs[0].manifest["mixed_environments"];
+    ASSERT_EQ(mixed.size(), 2u);
+    EXPECT_EQ(mixed[1]["libtorch"], "1.13.0");
+    const Ledger out(dir.file("out.db"), LedgerAccess::ReadOnly);
+    const std::string md = reportMarkdown(buildReport(out.items(runs[0].runId), runs[0]));
+    EXPECT_NE(md.find("**Mixed environments**"), std::string::npos) << md;
+    EXPECT_NE(md.find("libtorch 1.13.0"), std::string::npos) << md;
+}
+
 TEST(Protocols, FirstDivergenceAndTheTransplantVerdict) {
     const std::vector<int64_t> donor = {5, 6, 7, 8}, recipient = {5, 6, 9, 10};
     EXPECT_EQ(firstDivergence(donor, donor), -1);
@@ -358,7 +451,16 @@ TEST(Protocols, FirstDivergenceAndTheTransplantVerdict) {
 TEST(Report, GoldenOutputForAKnownLedger) {
     std::vector<ItemRecord> items;
     for (int i = 0; i < 6; ++i) items.push_back(sampleItem("item-" + std::to_string(i), i, i % 3 == 1));
-    RunInfo run{"0123456789abcdef", {{"identity", {{"config", {{"name", "golden"}}}}}}, "2026-01-01T00:00:00Z", 6};
+    const nlohmann::json environment = {{"libtorch", "2.13.0"},
+                                        {"fp32_products", "MKL"},
+                                        {"bf16_products", "oneDNN (built in)"},
+                                        {"cpu", "avx2 fma avx512f avx512_bf16"},
+                                        {"settings", nlohmann::json::object()},
+                                        {"threads", 2}};
+    RunInfo run{"0123456789abcdef",
+                {{"identity", {{"config", {{"name", "golden"}}}, {"environment", environment}}}},
+                "2026-01-01T00:00:00Z",
+                6};
     const nlohmann::json r = buildReport(items, run);
     // The contract keys.
     for (const char* key : {"n", "suffix_differ", "label_differ", "accuracy_live", "accuracy_prefill", "accuracy_diff",

@@ -126,4 +126,7 @@ std::string readTextFile(const std::string& path) {
     return ss.str();
 }
 
+ThreadCountGuard::ThreadCountGuard() : saved_(at::get_num_threads()) {}
+ThreadCountGuard::~ThreadCountGuard() { at::set_num_threads(saved_); }
+
 }  // namespace kvscope::test

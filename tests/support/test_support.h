@@ -51,6 +51,18 @@ struct CommandResult {
 CommandResult runCli(const std::string& args, const std::string& environment = "");
 std::string shellQuote(const std::string& s);
 
+// Puts libtorch's intra-op thread count back as it was when the scope ends, however the test leaves it.
+class ThreadCountGuard {
+public:
+    ThreadCountGuard();
+    ~ThreadCountGuard();
+    ThreadCountGuard(const ThreadCountGuard&) = delete;
+    ThreadCountGuard& operator=(const ThreadCountGuard&) = delete;
+
+private:
+    int saved_;
+};
+
 void writeTextFile(const std::string& path, const std::string& text);
 std::string readTextFile(const std::string& path);
 
