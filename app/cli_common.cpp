@@ -2,6 +2,7 @@
 #include "cli_common.h"
 
 #include "core/cache/cache_io.h"
+#include "core/model/gguf.h"
 #include "core/util/error.h"
 
 #include "core/util/threads.h"
@@ -60,9 +61,10 @@ void addThreadsOption(CLI::App* cmd, int& threads) {
 }
 
 void addModelOptions(CLI::App* cmd, ModelOptions& o) {
-    cmd->add_option("--model", o.model, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)")
+    cmd->add_option("--model", o.model,
+                    "Hugging Face model directory (config.json, *.safetensors, tokenizer.json) or llama.cpp GGUF file")
         ->required()
-        ->check(CLI::ExistingDirectory);
+        ->check(kModelPath);
     cmd->add_option("--dtype", o.dtype,
                     "Compute dtype: fp32, bf16, or fp16 (CUDA only); with a cache, default: the cache's")
         ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
@@ -105,6 +107,15 @@ CLI::Validator numberAtLeast(double bound, bool inclusive, const std::string& ex
 const CLI::Validator kPositive = numberAtLeast(0, false, "a number > 0");
 const CLI::Validator kNonNegative = numberAtLeast(0, true, "a number >= 0");
 
+const CLI::Validator kModelPath(
+    [](const std::string& path) -> std::string {
+        std::error_code error;
+        if (std::filesystem::is_directory(path, error)) return "";
+        if (isGgufPath(path) && std::filesystem::is_regular_file(path, error)) return "";
+        return "'" + path + "' is neither a model directory nor a .gguf file";
+    },
+    "DIR|FILE.gguf");
+
 void takeBuildFromCache(ModelOptions& o, const std::string& cachePath) {
     const SavedCacheBuild build = savedCacheBuild(cachePath);
     if (!o.dtypeGiven) o.dtype = dtypeName(build.dtype);
@@ -132,7 +143,8 @@ nlohmann::ordered_json templateArguments(const std::string& text) {
 }
 
 std::optional<Tokenizer> tokenizerIfPresent(const std::string& dir) {
-    if (!std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) return std::nullopt;
+    const bool gguf = isGgufPath(dir) && !std::filesystem::is_directory(dir);
+    if (!gguf && !std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) return std::nullopt;
     return Tokenizer::fromModelDir(dir);
 }
 

@@ -37,6 +37,7 @@ void addModelOptions(CLI::App* cmd, ModelOptions& options);
 // PositiveNumber printed its range as "0.000000 to 1.79e308" in 309 digits.
 extern const CLI::Validator kPositive;     // > 0
 extern const CLI::Validator kNonNegative;  // >= 0
+extern const CLI::Validator kModelPath;    // a model directory or a .gguf file
 // Commands that work on a saved cache compute with the dtype and kernels that built it unless --dtype
 // or --kernels says otherwise: a bf16 cache continued in fp32 only fails the fingerprint check.
 void takeBuildFromCache(ModelOptions& options, const std::string& cachePath);

@@ -83,9 +83,9 @@ void tokenizeConversation(const TokenizeOptions& o, const Tokenizer& t) {
 void addTokenizeCommands(CLI::App& app) {
     auto o = std::make_shared<TokenizeOptions>();
     CLI::App* tok = app.add_subcommand("tokenize", "Print the token ids of a text");
-    tok->add_option("--model", o->model, "Model directory holding tokenizer.json")
+    tok->add_option("--model", o->model, "Model directory holding tokenizer.json, or a GGUF file")
         ->required()
-        ->check(CLI::ExistingDirectory);
+        ->check(kModelPath);
     auto* text = tok->add_option("--text", o->text, "Text to tokenize");
     auto* file = tok->add_option("--file", o->file, "File whose contents to tokenize")->check(CLI::ExistingFile);
     auto* jsonl =
@@ -130,9 +130,9 @@ void addTokenizeCommands(CLI::App& app) {
     });
 
     CLI::App* detok = app.add_subcommand("detokenize", "Print the text of token ids");
-    detok->add_option("--model", o->model, "Model directory holding tokenizer.json")
+    detok->add_option("--model", o->model, "Model directory holding tokenizer.json, or a GGUF file")
         ->required()
-        ->check(CLI::ExistingDirectory);
+        ->check(kModelPath);
     auto* ids = detok->add_option("--ids", o->ids, "Token ids: 1,2,3");
     auto* idLists =
         detok->add_option("--jsonl", o->jsonl, "File of JSON id lists, one a line: prints {\"text\": ...} a line")

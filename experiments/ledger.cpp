@@ -345,7 +345,10 @@ void Ledger::overwriteTrajectory(const std::string& runId, const std::string& it
 void Ledger::snapshotTo(const std::string& path) const { Statement(db_, "VACUUM INTO ?", path_).bind(1, path).step(); }
 
 void Ledger::replaceManifest(const std::string& runId, const nlohmann::json& manifest) {
-    Statement(db_, "UPDATE runs SET manifest = ? WHERE run_id = ?", path_).bind(1, manifest.dump()).bind(2, runId).step();
+    Statement(db_, "UPDATE runs SET manifest = ? WHERE run_id = ?", path_)
+        .bind(1, manifest.dump())
+        .bind(2, runId)
+        .step();
 }
 
 std::string Ledger::mergeTarget(const RunInfo& incoming, const std::string& source, bool allowMixedEnvironments) {
@@ -359,8 +362,8 @@ std::string Ledger::mergeTarget(const RunInfo& incoming, const std::string& sour
         if (!sameInputs(mine.manifest, incoming.manifest)) continue;
         const nlohmann::json theirs = environmentOf(incoming.manifest);
         if (!allowMixedEnvironments)
-            throw UsageError(source + ": run " + incoming.runId + " is the experiment of run " + mine.runId +
-                             " in " + path_ + " on the same inputs, but another environment decided its bits: it ran on " +
+            throw UsageError(source + ": run " + incoming.runId + " is the experiment of run " + mine.runId + " in " +
+                             path_ + " on the same inputs, but another environment decided its bits: it ran on " +
                              environmentText(theirs) + ", run " + mine.runId + " on " +
                              environmentText(environmentOf(mine.manifest)) +
                              "; pass --allow-mixed-environments to merge them into one run anyway");

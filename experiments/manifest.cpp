@@ -2,6 +2,7 @@
 #include "experiments/manifest.h"
 
 #include "core/cache/fingerprint.h"
+#include "core/model/gguf.h"
 #include "core/util/error.h"
 #include "core/util/mapped_file.h"
 #include "core/util/version.h"
@@ -20,28 +21,48 @@ std::string sha256File(const std::string& path) {
     return sha256Hex(f.data(), f.size());
 }
 
+namespace {
+
+// Weights, configs, the tokenizer and the chat template (chat_template.jinja): what decides the ids.
+nlohmann::json modelDirectoryHashes(const std::string& dir) {
+    nlohmann::json files = nlohmann::json::object();
+    for (const auto& entry : fs::directory_iterator(dir)) {
+        const auto extension = entry.path().extension();
+        const bool relevant =
+            entry.is_regular_file() && (extension == ".safetensors" || extension == ".json" || extension == ".jinja");
+        if (relevant) files["model/" + entry.path().filename().string()] = sha256File(entry.path().string());
+    }
+    if (!files.contains("model/config.json")) throw ConfigError(dir + ": no config.json");
+    return files;
+}
+
+}  // namespace
+
 nlohmann::json runEnvironment(Kernels kernels) {
     nlohmann::json settings = nlohmann::json::object();
     for (const char* variable :
          {"MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "OPENBLAS_CORETYPE", "ATEN_CPU_CAPABILITY"})
         if (const char* value = std::getenv(variable); value && *value) settings[variable] = value;
     const OpenBlasCore openBlas = torchOpenBlasCore();
-    const std::string blas = at::hasMKL()              ? "MKL"
+    const std::string blas = at::hasMKL()             ? "MKL"
                              : !openBlas.name.empty() ? "OpenBLAS " + openBlas.name
                                                       : "libtorch's own";
     const OneDnnIsa oneDnn = torchOneDnnIsa();
-    nlohmann::json environment = {{"libtorch", libtorchVersion()},
-                                  {"fp32_products", blas},
-                                  {"bf16_products", oneDnn.name.empty() ? "oneDNN (built in)" : "oneDNN " + oneDnn.name},
-                                  {"cpu", cpuVectorFeatures()},
-                                  {"settings", settings}};
+    nlohmann::json environment = {
+        {"libtorch", libtorchVersion()},
+        {"fp32_products", blas},
+        {"bf16_products", oneDnn.name.empty() ? "oneDNN (built in)" : "oneDNN " + oneDnn.name},
+        {"cpu", cpuVectorFeatures()},
+        {"settings", settings}};
     if (!isInvariant(kernels)) environment["threads"] = at::get_num_threads();
     return environment;
 }
 
 std::string environmentText(const nlohmann::json& e) {
     if (!e.is_object()) return "an environment kvscope did not record (a run of kvscope 0.2 or older)";
-    auto field = [&](const char* key) { return e.contains(key) && e[key].is_string() ? e[key].get<std::string>() : "?"; };
+    auto field = [&](const char* key) {
+        return e.contains(key) && e[key].is_string() ? e[key].get<std::string>() : "?";
+    };
     std::string text = "libtorch " + field("libtorch") + ", fp32 on " + field("fp32_products") + ", bf16 on " +
                        field("bf16_products") + ", CPU " + field("cpu");
     if (e.contains("threads")) text += ", " + e["threads"].dump() + " threads";
@@ -64,16 +85,16 @@ bool sameInputs(const nlohmann::json& a, const nlohmann::json& b) {
 
 nlohmann::json buildManifest(const ExperimentConfig& config) {
     nlohmann::json files = nlohmann::json::object();
-    for (const auto& entry : fs::directory_iterator(config.modelDir)) {
-        const std::string name = entry.path().filename().string();
-        // Weights, configs, the tokenizer and the chat template (chat_template.jinja): what decides the ids.
-        const auto extension = entry.path().extension();
-        const bool relevant =
-            entry.is_regular_file() && (extension == ".safetensors" || extension == ".json" || extension == ".jinja");
-        if (relevant) files["model/" + name] = sha256File(entry.path().string());
+    if (isGgufPath(config.modelDir) && fs::is_regular_file(config.modelDir)) {
+        // One file holds the weights, the tokenizer and the chat template.
+        files["model/" + fs::path(config.modelDir).filename().string()] = sha256File(config.modelDir);
+    } else {
+        if (!fs::is_directory(config.modelDir))
+            throw ConfigError(config.modelDir + ": neither a model directory nor a .gguf file");
+        files = modelDirectoryHashes(config.modelDir);
     }
-    if (!files.contains("model/config.json")) throw ConfigError(config.modelDir + ": no config.json");
     files["dataset/" + fs::path(config.datasetPath).filename().string()] = sha256File(config.datasetPath);
+
     nlohmann::json resolved = config.toJson();
     resolved["model"]["dir"] = fs::path(config.modelDir).filename().string();
     resolved["dataset"]["path"] = fs::path(config.datasetPath).filename().string();

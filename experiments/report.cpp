@@ -212,8 +212,7 @@ std::string reportMarkdown(const json& r) {
     };
     const json& m = r["matched"];
     s << "# kvscope report: " << r["experiment"].get<std::string>() << " (run " << r["run"].get<std::string>() << ", "
-      << r["items"] << " items, " << r["kernels"].get<std::string>()
-      << " kernels)\n\n"
+      << r["items"] << " items, " << r["kernels"].get<std::string>() << " kernels)\n\n"
       << environmentMarkdown(r)
       << "## matched (live vs one-shot prefill of the same prefix)\n\n| measure | value |\n|---|---|\n"
       << "| items compared | " << m["n"] << " |\n| trace never reached the boundary | " << m["no_boundary"] << " |\n"

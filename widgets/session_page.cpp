@@ -33,11 +33,14 @@ void SessionPage::setupWidgets() {
     modelDir_ = new QLineEdit(this);
     modelDir_->setPlaceholderText(tr("Hugging Face model folder (config.json, *.safetensors, tokenizer.json)"));
     auto* browse = new QPushButton(tr("Browse\u2026"), this);
+    auto* browseGguf = new QPushButton(tr("GGUF file\u2026"), this);
+    browseGguf->setToolTip(tr("A llama.cpp GGUF file (llama, qwen2, qwen3), dequantized as transformers loads it"));
     dtype_ = new QComboBox(this);
     dtype_->addItems({QStringLiteral("bf16"), QStringLiteral("fp32"), QStringLiteral("fp16")});
     auto* load = new QPushButton(tr("Load"), this);
     modelRow->addWidget(modelDir_, 1);
     modelRow->addWidget(browse);
+    modelRow->addWidget(browseGguf);
     modelRow->addWidget(dtype_);
     modelRow->addWidget(load);
     form->addRow(tr("Model"), modelRow);
@@ -71,6 +74,11 @@ void SessionPage::setupWidgets() {
     connect(browse, &QPushButton::clicked, this, [this] {
         const QString dir = QFileDialog::getExistingDirectory(this, tr("Open model folder"), modelDir_->text());
         if (!dir.isEmpty()) modelDir_->setText(dir);
+    });
+    connect(browseGguf, &QPushButton::clicked, this, [this] {
+        const QString file = QFileDialog::getOpenFileName(this, tr("Open GGUF model"), modelDir_->text(),
+                                                          tr("GGUF models (*.gguf);;All files (*)"));
+        if (!file.isEmpty()) modelDir_->setText(file);
     });
     connect(load, &QPushButton::clicked, this, [this] { emit openModelRequested(modelDir(), dtype()); });
     connect(decodeButton_, &QPushButton::clicked, this, &SessionPage::requestDecode);

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "core/model/checkpoint.h"
+#include "core/model/gguf_model.h"
 #include "core/util/file_names.h"
 
 #include "core/util/error.h"
@@ -71,7 +72,17 @@ std::string shapeText(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
+Checkpoint Checkpoint::openGguf(const std::string& path) {
+    Checkpoint ck;
+    ck.dir_ = path;
+    ck.gguf_ = std::make_shared<const GgufFile>(path);
+    ck.config_ = ggufModelConfig(*ck.gguf_);
+    ck.ggufTensors_ = ggufTensorsByHfName(*ck.gguf_, &ck.ggufUnmapped_);
+    return ck;
+}
+
 Checkpoint Checkpoint::open(const std::string& dir) {
+    if (isGgufPath(dir) && !fs::is_directory(dir)) return openGguf(dir);
     Checkpoint ck;
     ck.dir_ = dir;
     ck.config_ = ModelConfig::load(dir);
@@ -124,6 +135,7 @@ Checkpoint Checkpoint::open(const std::string& dir) {
 }
 
 std::vector<std::string> Checkpoint::weightFiles() const {
+    if (gguf_) return {gguf_->path()};
     std::vector<std::string> out;
     for (const auto& f : files_) out.push_back(f->path());
     return out;
@@ -135,19 +147,55 @@ const SafetensorsFile& Checkpoint::fileHolding(const std::string& name) const {
     return *it->second;
 }
 
-const SafetensorsEntry& Checkpoint::entry(const std::string& name) const { return *fileHolding(name).find(name); }
+const GgufTensorInfo& Checkpoint::ggufTensor(const std::string& name) const {
+    const auto it = ggufTensors_.find(name);
+    if (it == ggufTensors_.end()) throw TensorError(dir_ + ": GGUF file has no tensor for '" + name + "'");
+    return *it->second;
+}
+
+std::vector<int64_t> Checkpoint::shape(const std::string& name) const {
+    if (gguf_) return ggufTensor(name).rowMajorShape();
+    return fileHolding(name).find(name)->shape;
+}
+
+std::optional<std::size_t> Checkpoint::fileOffsetAsStored(const std::string& name, torch::ScalarType dtype) const {
+    if (gguf_) return std::nullopt;  // dequantized (transformers copies even an F32 tensor out of the file)
+    const SafetensorsEntry& e = *fileHolding(name).find(name);
+    if (scalarTypeFromSafetensors(e.dtype) != dtype) return std::nullopt;
+    return e.fileOffset;
+}
 
 torch::Tensor Checkpoint::read(const std::string& name, torch::ScalarType dtype) const {
+    if (gguf_) return readGgufTensor(*gguf_, ggufTensor(name), config_).to(dtype);
     return fileHolding(name).read(name, dtype);
 }
 
-void Checkpoint::readInto(const std::string& name, torch::Tensor& out) const { fileHolding(name).readInto(name, out); }
+void Checkpoint::readInto(const std::string& name, torch::Tensor& out) const {
+    if (gguf_) {
+        // Dequantized to fp32 and then rounded to the run's dtype, as transformers does (`.to(dtype)`
+        // of the fp32 array): one rounding, the same bits.
+        out.copy_(readGgufTensor(*gguf_, ggufTensor(name), config_));
+        return;
+    }
+    fileHolding(name).readInto(name, out);
+}
 
 std::vector<std::string> Checkpoint::validate() const {
     std::vector<std::string> problems;
     std::set<std::string> used;
     for (const auto& want : expectedTensors(config_)) {
         used.insert(want.name);
+        if (gguf_) {
+            const auto g = ggufTensors_.find(want.name);
+            if (g == ggufTensors_.end())
+                problems.push_back("missing tensor for '" + want.name + "' (expected shape " + shapeText(want.shape) +
+                                   ")");
+            else if (g->second->rowMajorShape() != want.shape)
+                problems.push_back("tensor '" + g->second->name + "' (" + want.name + ") has shape " +
+                                   shapeText(g->second->rowMajorShape()) + ", expected " + shapeText(want.shape) +
+                                   " from the metadata");
+            continue;
+        }
         auto it = where_.find(want.name);
         if (it == where_.end()) {
             problems.push_back("missing tensor '" + want.name + "' (expected shape " + shapeText(want.shape) + ")");
@@ -165,13 +213,16 @@ std::vector<std::string> Checkpoint::validate() const {
                                ", expected a float type (F32, F16, BF16 or F64)");
     }
     if (!problems.empty()) {
-        std::string msg = dir_ + ": checkpoint does not match config.json: " + problems.front();
+        std::string msg =
+            dir_ + ": checkpoint does not match " + (gguf_ ? "its metadata: " : "config.json: ") + problems.front();
         if (problems.size() > 1) msg += " (and " + std::to_string(problems.size() - 1) + " more problems)";
         throw TensorError(msg);
     }
-    std::vector<std::string> unused;
+    std::vector<std::string> unused = ggufUnmapped_;
     for (const auto& [name, file] : where_)
         if (!used.count(name)) unused.push_back(name);
+    for (const auto& [name, tensor] : ggufTensors_)
+        if (!used.count(name)) unused.push_back(tensor->name);
     return unused;
 }
 

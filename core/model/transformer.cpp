@@ -198,20 +198,19 @@ Transformer Transformer::load(const std::string& dir, torch::ScalarType dtype, t
     // decode steps of a checkpoint transformers wrote, SmolLM2's at 40 mod 64, gave other bits at
     // 64-byte alignment). Converted weights are fresh 64-byte-aligned copies on both sides.
     auto misalignment = [&](const std::string& name) -> std::size_t {
-        const SafetensorsEntry& e = ck.entry(name);
-        const bool asStored = scalarTypeFromSafetensors(e.dtype) == dtype;
-        return asStored && numerics.kernels == Kernels::Torch ? e.fileOffset % 64 : 0;
+        const auto offset = ck.fileOffsetAsStored(name, dtype);
+        return offset && numerics.kernels == Kernels::Torch ? *offset % 64 : 0;
     };
     std::size_t bytes = 0;
     auto footprint = [&](const std::string& name) {
-        return HugePageArena::footprint(c10::multiply_integers(ck.entry(name).shape), dtype, misalignment(name));
+        return HugePageArena::footprint(c10::multiply_integers(ck.shape(name)), dtype, misalignment(name));
     };
     for (const auto& [name, slot] : slots) bytes += footprint(name);
     if (!c.tieWordEmbeddings) bytes += footprint("lm_head.weight");
     HugePageArena arena(device.is_cpu() ? bytes : 0);
     auto read = [&](const std::string& name) {
         if (!device.is_cpu()) return ck.read(name, dtype).to(device);
-        torch::Tensor t = arena.slot(ck.entry(name).shape, dtype, misalignment(name));
+        torch::Tensor t = arena.slot(ck.shape(name), dtype, misalignment(name));
         ck.readInto(name, t);
         return t;
     };

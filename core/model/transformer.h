@@ -62,7 +62,8 @@ public:
     Transformer(ModelConfig config, Weights weights, torch::ScalarType dtype, torch::Device device,
                 Numerics numerics = {});
 
-    // Reads and validates DIR (config.json, safetensors) and converts weights to `dtype` on `device`.
+    // Reads and validates DIR (config.json, safetensors) or FILE.gguf (dequantized as transformers
+    // does) and converts weights to `dtype` on `device`.
     // fp16 on CPU is refused: libtorch has no fp16 matmul there.
     static Transformer load(const std::string& dir, torch::ScalarType dtype, torch::Device device,
                             LoadReport* report = nullptr, Numerics numerics = {});

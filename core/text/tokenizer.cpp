@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "core/text/tokenizer.h"
+
+#include "core/text/gguf_tokenizer.h"
 #include "core/util/json_ids.h"
 
 #include "core/text/byte_level.h"
@@ -154,6 +156,10 @@ Tokenizer Tokenizer::fromFile(const std::string& path) {
 }
 
 Tokenizer Tokenizer::fromModelDir(const std::string& dir) {
+    if (isGgufPath(dir) && !std::filesystem::is_directory(dir)) {
+        const GgufFile file(dir);
+        return fromJson(ggufTokenizerJson(file).dump(), dir + " (GGUF tokenizer metadata)");
+    }
     const auto path = std::filesystem::path(dir) / "tokenizer.json";
     if (!std::filesystem::exists(path))
         throw FormatError(path.string() + ": not found (kvscope reads Hugging Face tokenizer.json files)");

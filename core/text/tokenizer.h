@@ -30,7 +30,7 @@ class Tokenizer {
 public:
     static Tokenizer fromFile(const std::string& path);                 // a tokenizer.json
     static Tokenizer fromJson(const std::string& json, const std::string& source);
-    static Tokenizer fromModelDir(const std::string& dir);              // DIR/tokenizer.json
+    static Tokenizer fromModelDir(const std::string& dir);  // DIR/tokenizer.json, or FILE.gguf's metadata
 
     Tokenizer(Tokenizer&&) noexcept;
     Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -40,9 +40,9 @@ public:
     std::vector<int64_t> encode(const std::string& text, bool addSpecialTokens = true) const;
     std::string decode(const std::vector<int64_t>& ids, bool skipSpecialTokens = false) const;
 
-    int64_t vocabSize() const;                         // largest id + 1, added tokens included
+    int64_t vocabSize() const;  // largest id + 1, added tokens included
     std::optional<int64_t> tokenToId(const std::string& token) const;
-    std::string idToToken(int64_t id) const;           // the raw vocabulary string ("" if none)
+    std::string idToToken(int64_t id) const;  // the raw vocabulary string ("" if none)
     const std::vector<AddedToken>& addedTokens() const;
 
 private:

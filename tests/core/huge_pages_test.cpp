@@ -106,7 +106,7 @@ TEST(HugePages, TheBlockLivesWhileAnyTensorInItDoes) {
 
 // Where a file's byte offset puts a tensor, modulo 64 (a mapped file's pages are 4 KiB aligned).
 std::size_t fileAlignment(const std::string& dir, const std::string& name) {
-    return Checkpoint::open(dir).entry(name).fileOffset % 64;
+    return Checkpoint::open(dir).fileOffsetAsStored(name, torch::kFloat32).value() % 64;
 }
 
 TEST(HugePages, ASlotCanStartWhereAMappedFileWouldPutIt) {

@@ -11,6 +11,9 @@ Three kinds of checkpoint:
                    q/k/v/o biases, llama3 rope scaling, tied and untied
   smollm2          SmolLM2-135M-Instruct, a real trained model (tests/data/smollm2-135m-instruct,
                    scripts/fetch-test-data.sh --smollm2), prompted through its own chat template
+  gguf             GGUF files as transformers' GGUF loader reads them: SmolLM2's own Q4_1 file, and
+                   make-test-model checkpoints of each family written by scripts/hf-to-gguf.py in F16,
+                   Q8_0 and the K-quants (one prompt each, the first thread count only)
 and for each of them, each dtype and each thread count (and, for the transformers-saved ones, 64 and
 16 new tokens), compares
 
@@ -40,7 +43,7 @@ import transformers
 from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers.utils import logging as transformers_logging
-from transformers import (AutoModelForCausalLM, AutoTokenizer, DynamicCache, GenerationConfig, LlamaConfig,
+from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, DynamicCache, GenerationConfig, LlamaConfig,
                           LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -78,6 +81,18 @@ TRANSFORMERS_CHECKPOINTS = {
                          "high_freq_factor": 4.0, "original_max_position_embeddings": 64}, **SMALL), 24),
 }
 SMOLLM2 = "smollm2"
+# GGUF files, read by transformers' GGUF loader (from_pretrained(dir, gguf_file=...)): SmolLM2's own
+# Q4_1 file, and make-test-model checkpoints written by scripts/hf-to-gguf.py in one ggml type each
+# (rows of 256 for the K-quants). name -> (make-test-model flags, type)
+SMOLLM2_GGUF = "smollm2-gguf-q4_1"
+GGUF_SIZE = ["--hidden-size", "256", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--intermediate-size", "512"]
+GGUF_CHECKPOINTS = {
+    "gguf-llama-f16": (["--arch", "llama", "--seed", "21"], "F16"),
+    "gguf-qwen2-q8_0-tied": (["--arch", "qwen2", "--tie-embeddings", "--seed", "22"], "Q8_0"),
+    "gguf-qwen3-q4_k": (["--arch", "qwen3", "--head-dim", "128", "--seed", "23"], "Q4_K"),  # transformers: Qwen3 heads of 128
+    "gguf-llama-q5_k-tied": (["--arch", "llama", "--tie-embeddings", "--seed", "24"], "Q5_K"),
+    "gguf-qwen2-q6_k": (["--arch", "qwen2", "--seed", "25"], "Q6_K"),
+}
 transformers_logging.disable_progress_bar()
 SMOLLM2_MESSAGES = [{"role": "user", "content": "Write a short story about a robot who learns to paint. "
                                                 "Use simple words, and end it with a moral."}]
@@ -185,8 +200,33 @@ def save_transformers_checkpoint(name, model_dir):
     model.save_pretrained(model_dir)
 
 
+def is_gguf(model_path):
+    return model_path.suffix == ".gguf"
+
+
+def load_hf_model(model_path, dtype):
+    if is_gguf(model_path):
+        return AutoModelForCausalLM.from_pretrained(model_path.parent, gguf_file=model_path.name, dtype=dtype,
+                                                    attn_implementation="eager")
+    return AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype, attn_implementation="eager")
+
+
 def prepare_checkpoint(kvscope, name, work, data):
-    """The model folder of a named checkpoint, made when missing."""
+    """The model folder (or GGUF file) of a named checkpoint, made when missing."""
+    if name == SMOLLM2_GGUF:
+        path = data / "smollm2-135m-instruct.Q4_1.gguf"
+        if not path.exists():
+            raise RuntimeError(f"{path} is missing: run scripts/fetch-test-data.sh --smollm2 PYTHON")
+        return path
+    if name in GGUF_CHECKPOINTS:
+        flags, ggml_type = GGUF_CHECKPOINTS[name]
+        path = work / f"{name}.gguf"
+        if not path.exists():
+            source = work / f"{name}-source"
+            kvscope("make-test-model", "--out", str(source), *GGUF_SIZE, *flags, model_args=False)
+            subprocess.run([sys.executable, str(Path(__file__).resolve().parents[2] / "scripts" / "hf-to-gguf.py"),
+                            str(source), str(path), "--type", ggml_type], check=True)
+        return path
     if name == SMOLLM2:
         model_dir = data / "smollm2-135m-instruct"
         if not (model_dir / "model.safetensors").exists():
@@ -206,16 +246,20 @@ def prepare_checkpoint(kvscope, name, work, data):
 
 
 def all_checkpoints():
-    return [*CHECKPOINTS, *TRANSFORMERS_CHECKPOINTS, SMOLLM2]
+    return [*CHECKPOINTS, *TRANSFORMERS_CHECKPOINTS, SMOLLM2, *GGUF_CHECKPOINTS, SMOLLM2_GGUF]
 
 
 def prompt_for(name, model_dir, length):
     """SmolLM2: its chat template's rendering of a request; the others: random ids of `length`."""
-    if name == SMOLLM2:
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if name in (SMOLLM2, SMOLLM2_GGUF):
+        tokenizer = (AutoTokenizer.from_pretrained(model_dir.parent, gguf_file=model_dir.name) if is_gguf(model_dir)
+                     else AutoTokenizer.from_pretrained(model_dir))
         return tokenizer.apply_chat_template(SMOLLM2_MESSAGES, add_generation_prompt=True, tokenize=True,
                                              return_dict=False)
-    vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
+    if is_gguf(model_dir):
+        vocab = AutoConfig.from_pretrained(model_dir.parent, gguf_file=model_dir.name).vocab_size
+    else:
+        vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
     generator = torch.Generator().manual_seed(len(name) * 7919 + length)
     return torch.randint(0, vocab, (length,), generator=generator).tolist()
 
@@ -239,7 +283,7 @@ def run_case(kvscope, work, name, dtype_name, model_dir, prompt, args, n):
         kv_ids = json.loads(f.metadata()["token_ids"]) + [int(kv_live["next_logits"].argmax())]
 
     # transformers on the same directory.
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation="eager").to(device).eval()
+    model = load_hf_model(model_dir, dtype).to(device).eval()
     with torch.inference_mode():
         hf_ids, hf_live = hf_greedy(model, prompt, n, device)
         length = len(prompt) + n
@@ -302,9 +346,12 @@ def main():
     for name in args.checkpoints.split(","):
         model_dir = prepare_checkpoint(Kvscope(args.kvscope, 1, args.device), name, work, Path(args.data))
         prompts = [prompt_for(name, model_dir, int(n)) for n in args.prompt_lengths.split(",")]
-        if name == SMOLLM2:
+        if name in (SMOLLM2, SMOLLM2_GGUF) or name in GGUF_CHECKPOINTS:
             prompts = prompts[:1]
-        for threads in thread_counts:
+        # GGUF cases add the dequantization to what the others check, not another kernel: the first
+        # thread count only (the cold run's time).
+        gguf = name == SMOLLM2_GGUF or name in GGUF_CHECKPOINTS
+        for threads in thread_counts[:1] if gguf else thread_counts:
             torch.set_num_threads(threads)
             kvscope = Kvscope(args.kvscope, threads, args.device)
             lengths = [args.new_tokens]
