@@ -146,7 +146,8 @@ void q6_k(const std::uint8_t* b, float* out) {
 void dequantizeToFloat(GgmlType type, const std::uint8_t* bytes, std::int64_t count, float* out) {
     const GgmlTypeTraits* traits = ggmlTypeTraits(static_cast<std::uint32_t>(type));
     if (!traits || count % traits->blockSize != 0)
-        throw Error("dequantizeToFloat: " + std::to_string(count) + " values of " + ggmlTypeName(static_cast<std::uint32_t>(type)));
+        throw Error("dequantizeToFloat: " + std::to_string(count) + " values of " +
+                    ggmlTypeName(static_cast<std::uint32_t>(type)));
     switch (type) {
     case GgmlType::F32: std::memcpy(out, bytes, static_cast<std::size_t>(count) * sizeof(float)); return;
     case GgmlType::F16:

@@ -43,15 +43,17 @@ std::string architectureClass(const GgufFile& f, const std::string& arch) {
 void refuseWhatTransformersIgnores(const GgufFile& f, const std::string& arch) {
     for (const auto& [key, value] : f.metadata().items()) {
         if (key.rfind(arch + ".rope.scaling.", 0) == 0 && !(key == arch + ".rope.scaling.type" && value == "none"))
-            refuse(f, "GGUF metadata '" + key + "': RoPE scaling, which transformers' GGUF loader does not read "
-                      "(kvscope reads GGUF files of unscaled RoPE only)");
+            refuse(f, "GGUF metadata '" + key +
+                          "': RoPE scaling, which transformers' GGUF loader does not read "
+                          "(kvscope reads GGUF files of unscaled RoPE only)");
         if (key == arch + ".expert_count" && value.is_number() && value.get<double>() > 0)
             refuse(f, "GGUF metadata '" + key + "': a mixture of experts, which kvscope does not run");
     }
     for (const auto& t : f.tensors()) {
         if (t.name == "rope_freqs.weight")
-            refuse(f, "GGUF tensor 'rope_freqs.weight': llama.cpp's RoPE frequency factors (Llama 3.1-style "
-                      "scaling), which transformers' GGUF loader drops; kvscope will not run the model without them");
+            refuse(f,
+                   "GGUF tensor 'rope_freqs.weight': llama.cpp's RoPE frequency factors (Llama 3.1-style "
+                   "scaling), which transformers' GGUF loader drops; kvscope will not run the model without them");
         const bool bias = t.name.size() > 5 && t.name.compare(t.name.size() - 5, 5, ".bias") == 0;
         if (arch == "llama" && bias)
             refuse(f, "GGUF tensor '" + t.name + "': a llama file with biases, which transformers' GGUF loader drops");
@@ -67,11 +69,11 @@ std::optional<std::string> hfNameOf(const std::string& name) {
     for (const auto& [gguf, hf] : global)
         if (name == gguf) return hf;
     static const std::vector<std::pair<std::string, std::string>> perLayer = {
-        {"attn_norm", "input_layernorm"},          {"attn_q", "self_attn.q_proj"},
-        {"attn_k", "self_attn.k_proj"},            {"attn_v", "self_attn.v_proj"},
-        {"attn_output", "self_attn.o_proj"},       {"attn_q_norm", "self_attn.q_norm"},
-        {"attn_k_norm", "self_attn.k_norm"},       {"ffn_norm", "post_attention_layernorm"},
-        {"ffn_gate", "mlp.gate_proj"},             {"ffn_up", "mlp.up_proj"},
+        {"attn_norm", "input_layernorm"},    {"attn_q", "self_attn.q_proj"},
+        {"attn_k", "self_attn.k_proj"},      {"attn_v", "self_attn.v_proj"},
+        {"attn_output", "self_attn.o_proj"}, {"attn_q_norm", "self_attn.q_norm"},
+        {"attn_k_norm", "self_attn.k_norm"}, {"ffn_norm", "post_attention_layernorm"},
+        {"ffn_gate", "mlp.gate_proj"},       {"ffn_up", "mlp.up_proj"},
         {"ffn_down", "mlp.down_proj"},
     };
     if (name.rfind("blk.", 0) != 0) return std::nullopt;
@@ -94,7 +96,8 @@ ModelConfig ggufModelConfig(const GgufFile& f) {
     refuseWhatTransformersIgnores(f, arch);
     for (const auto& [key, hfKey] : configKeys())
         if (f.has(arch + "." + key)) c[hfKey] = f.metadata()[arch + "." + key];
-    if (arch == "llama" && f.has("llama.rope.dimension_count")) c["head_dim"] = f.metadata()["llama.rope.dimension_count"];
+    if (arch == "llama" && f.has("llama.rope.dimension_count"))
+        c["head_dim"] = f.metadata()["llama.rope.dimension_count"];
     if (!c.contains("vocab_size") && f.has("tokenizer.ggml.tokens"))
         c["vocab_size"] = f.array("tokenizer.ggml.tokens").size();
     c["tie_word_embeddings"] = f.find("output.weight") == nullptr;

@@ -144,12 +144,13 @@ TEST(Gguf, SmolLM2sFileLoadsAsTheFolderTransformersMadeOfIt) {
     EXPECT_EQ(fromGguf.config().toJson(), fromFolder.config().toJson());
     for (const auto& want : expectedTensors(fromFolder.config())) {
         SCOPED_TRACE(want.name);
-        const torch::Tensor a = fromGguf.read(want.name, torch::kFloat32), b = fromFolder.read(want.name, torch::kFloat32);
+        const torch::Tensor a = fromGguf.read(want.name, torch::kFloat32),
+                            b = fromFolder.read(want.name, torch::kFloat32);
         ASSERT_TRUE(torch::equal(a.view(torch::kInt32), b.view(torch::kInt32)));
     }
     const Tokenizer t1 = Tokenizer::fromModelDir(gguf), t2 = Tokenizer::fromModelDir(folder);
-    for (const std::string text : {"Hello world, 12345 café", "<|im_start|>user\n  tabs\tand\nnew lines<|im_end|>",
-                                   "naïve 東京 🙂 ' 's 'll"}) {
+    for (const std::string text :
+         {"Hello world, 12345 café", "<|im_start|>user\n  tabs\tand\nnew lines<|im_end|>", "naïve 東京 🙂 ' 's 'll"}) {
         EXPECT_EQ(t1.encode(text), t2.encode(text)) << text;
         EXPECT_EQ(t1.decode(t1.encode(text)), t2.decode(t2.encode(text))) << text;
     }
