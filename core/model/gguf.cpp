@@ -25,7 +25,8 @@ constexpr std::int64_t kMaxTensorElements = std::int64_t{1} << 40;  // a 405B mo
 // names the field and where it is.
 class Cursor {
 public:
-    Cursor(const std::uint8_t* data, std::size_t size, std::string path) : data_(data), size_(size), path_(std::move(path)) {}
+    Cursor(const std::uint8_t* data, std::size_t size, std::string path)
+        : data_(data), size_(size), path_(std::move(path)) {}
 
     std::size_t offset() const { return at_; }
     std::size_t left() const { return size_ - at_; }
@@ -50,7 +51,9 @@ public:
         const std::size_t start = at_;
         const auto n = read<std::uint64_t>(field + " (length)");
         if (n > left()) fail(field, "a string of " + std::to_string(n) + " bytes runs past the end of the file", start);
-        if (n > maxBytes) fail(field, "a string of " + std::to_string(n) + " bytes (at most " + std::to_string(maxBytes) + ")", start);
+        if (n > maxBytes)
+            fail(field, "a string of " + std::to_string(n) + " bytes (at most " + std::to_string(maxBytes) + ")",
+                 start);
         std::string s(reinterpret_cast<const char*>(data_ + at_), n);
         at_ += n;
         return s;
@@ -98,8 +101,8 @@ nlohmann::json readValue(Cursor& in, std::uint32_t type, const std::string& fiel
 }
 
 constexpr GgmlTypeTraits kF32{"F32", 1, 4}, kF16{"F16", 1, 2}, kBF16{"BF16", 1, 2}, kQ4_0{"Q4_0", 32, 18},
-    kQ4_1{"Q4_1", 32, 20}, kQ5_0{"Q5_0", 32, 22}, kQ5_1{"Q5_1", 32, 24}, kQ8_0{"Q8_0", 32, 34},
-    kQ4_K{"Q4_K", 256, 144}, kQ5_K{"Q5_K", 256, 176}, kQ6_K{"Q6_K", 256, 210};
+    kQ4_1{"Q4_1", 32, 20}, kQ5_0{"Q5_0", 32, 22}, kQ5_1{"Q5_1", 32, 24}, kQ8_0{"Q8_0", 32, 34}, kQ4_K{"Q4_K", 256, 144},
+    kQ5_K{"Q5_K", 256, 176}, kQ6_K{"Q6_K", 256, 210};
 
 }  // namespace
 
@@ -133,21 +136,20 @@ std::int64_t GgufTensorInfo::elements() const {
 
 std::vector<std::int64_t> GgufTensorInfo::rowMajorShape() const { return {ne.rbegin(), ne.rend()}; }
 
-bool isGgufPath(const std::string& path) {
-    return path.size() > 5 && path.compare(path.size() - 5, 5, ".gguf") == 0;
-}
+bool isGgufPath(const std::string& path) { return path.size() > 5 && path.compare(path.size() - 5, 5, ".gguf") == 0; }
 
 GgufFile::GgufFile(const std::string& path) : file_(path) {
     Cursor in(file_.data(), file_.size(), path);
     if (file_.size() < 4 || std::memcmp(file_.data(), "GGUF", 4) != 0)
         in.fail("magic", "not a GGUF file (expected the bytes 'GGUF')");
     in.read<std::uint32_t>("magic");
-    version_ = in.read<std::uint32_t>("version");
-    if (version_ != 2 && version_ != 3)
-        in.fail("version", "version " + std::to_string(version_) + " (kvscope reads versions 2 and 3)", 4);
+    const auto version = in.read<std::uint32_t>("version");
+    if (version != 2 && version != 3)
+        in.fail("version", "version " + std::to_string(version) + " (kvscope reads versions 2 and 3)", 4);
     const auto tensorCount = in.read<std::uint64_t>("tensor count");
     const auto metadataCount = in.read<std::uint64_t>("metadata count");
-    if (metadataCount > in.left()) in.fail("metadata count", std::to_string(metadataCount) + " entries cannot fit in the file", 16);
+    if (metadataCount > in.left())
+        in.fail("metadata count", std::to_string(metadataCount) + " entries cannot fit in the file", 16);
 
     for (std::uint64_t i = 0; i < metadataCount; ++i) {
         const std::size_t where = in.offset();
@@ -167,7 +169,8 @@ GgufFile::GgufFile(const std::string& path) : file_(path) {
         alignment = a.get<std::uint64_t>();
     }
 
-    if (tensorCount > in.left()) in.fail("tensor count", std::to_string(tensorCount) + " tensors cannot fit in the file", 8);
+    if (tensorCount > in.left())
+        in.fail("tensor count", std::to_string(tensorCount) + " tensors cannot fit in the file", 8);
     struct Placed {
         std::uint64_t offset;
         std::size_t index;
@@ -180,15 +183,18 @@ GgufFile::GgufFile(const std::string& path) : file_(path) {
         const std::string named = "tensor '" + t.name + "'";
         const std::size_t dimsAt = in.offset();
         const auto dims = in.read<std::uint32_t>(named + " (dimensions)");
-        if (dims == 0 || dims > kMaxDims) in.fail(named, std::to_string(dims) + " dimensions (expected 1 to 4)", dimsAt);
+        if (dims == 0 || dims > kMaxDims)
+            in.fail(named, std::to_string(dims) + " dimensions (expected 1 to 4)", dimsAt);
         std::int64_t elements = 1;
         for (std::uint32_t d = 0; d < dims; ++d) {
             const std::size_t at = in.offset();
             const auto n = in.read<std::uint64_t>(named + " (ne[" + std::to_string(d) + "])");
             if (n == 0 || n > static_cast<std::uint64_t>(kMaxTensorElements) ||
                 elements > kMaxTensorElements / static_cast<std::int64_t>(n))
-                in.fail(named, "dimension " + std::to_string(d) + " of " + std::to_string(n) +
-                                   " (a tensor has 1 to " + std::to_string(kMaxTensorElements) + " elements)", at);
+                in.fail(named,
+                        "dimension " + std::to_string(d) + " of " + std::to_string(n) + " (a tensor has 1 to " +
+                            std::to_string(kMaxTensorElements) + " elements)",
+                        at);
             elements *= static_cast<std::int64_t>(n);
             t.ne.push_back(static_cast<std::int64_t>(n));
         }
@@ -196,19 +202,25 @@ GgufFile::GgufFile(const std::string& path) : file_(path) {
         const auto type = in.read<std::uint32_t>(named + " (type)");
         const GgmlTypeTraits* traits = ggmlTypeTraits(type);
         if (!traits)
-            in.fail(named, "tensor type " + ggmlTypeName(type) +
-                               " (kvscope dequantizes F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)", typeAt);
+            in.fail(named,
+                    "tensor type " + ggmlTypeName(type) +
+                        " (kvscope dequantizes F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)",
+                    typeAt);
         if (t.ne[0] % traits->blockSize != 0)
-            in.fail(named, "rows of " + std::to_string(t.ne[0]) + " elements are not whole " + traits->name +
-                               " blocks of " + std::to_string(traits->blockSize), dimsAt);
+            in.fail(named,
+                    "rows of " + std::to_string(t.ne[0]) + " elements are not whole " + traits->name + " blocks of " +
+                        std::to_string(traits->blockSize),
+                    dimsAt);
         t.type = static_cast<GgmlType>(type);
         t.bytes = static_cast<std::size_t>(elements / traits->blockSize * traits->blockBytes);
         const std::size_t offsetAt = in.offset();
         const auto offset = in.read<std::uint64_t>(named + " (offset)");
         if (offset % alignment != 0)
-            in.fail(named, "data offset " + std::to_string(offset) + " is not a multiple of the alignment " +
-                               std::to_string(alignment), offsetAt);
-        if (find(t.name)) in.fail(named, "the name appears twice", offsetAt);
+            in.fail(named,
+                    "data offset " + std::to_string(offset) + " is not a multiple of the alignment " +
+                        std::to_string(alignment),
+                    offsetAt);
+        if (!tensorIndex_.emplace(t.name, tensors_.size()).second) in.fail(named, "the name appears twice", offsetAt);
         placed.push_back({offset, tensors_.size()});
         tensors_.push_back(std::move(t));
     }
@@ -234,42 +246,39 @@ GgufFile::GgufFile(const std::string& path) : file_(path) {
 }
 
 const GgufTensorInfo* GgufFile::find(const std::string& name) const {
-    for (const auto& t : tensors_)
-        if (t.name == name) return &t;
-    return nullptr;
+    const auto it = tensorIndex_.find(name);
+    return it == tensorIndex_.end() ? nullptr : &tensors_[it->second];
 }
 
 namespace {
 [[noreturn]] void wrongKind(const std::string& path, const std::string& key, const std::string& wanted,
                             const nlohmann::json* value) {
-    throw FormatError(path + ": GGUF metadata '" + key + "': " +
-                      (value ? "expected " + wanted + ", got " + value->dump().substr(0, 80) : "missing (expected " + wanted + ")"));
+    throw FormatError(
+        path + ": GGUF metadata '" + key + "': " +
+        (value ? "expected " + wanted + ", got " + value->dump().substr(0, 80) : "missing (expected " + wanted + ")"));
 }
 }  // namespace
 
 std::string GgufFile::string(const std::string& key) const {
     const auto it = metadata_.find(key);
-    if (it == metadata_.end() || !it->is_string()) wrongKind(path(), key, "a string", it == metadata_.end() ? nullptr : &*it);
+    if (it == metadata_.end() || !it->is_string())
+        wrongKind(path(), key, "a string", it == metadata_.end() ? nullptr : &*it);
     return it->get<std::string>();
 }
 
 std::int64_t GgufFile::integer(const std::string& key) const {
     const auto it = metadata_.find(key);
     if (it == metadata_.end() || !it->is_number_integer() ||
-        (it->is_number_unsigned() && it->get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())))
+        (it->is_number_unsigned() &&
+         it->get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())))
         wrongKind(path(), key, "an integer", it == metadata_.end() ? nullptr : &*it);
     return it->get<std::int64_t>();
 }
 
-double GgufFile::number(const std::string& key) const {
-    const auto it = metadata_.find(key);
-    if (it == metadata_.end() || !it->is_number()) wrongKind(path(), key, "a number", it == metadata_.end() ? nullptr : &*it);
-    return it->get<double>();
-}
-
 const nlohmann::json& GgufFile::array(const std::string& key) const {
     const auto it = metadata_.find(key);
-    if (it == metadata_.end() || !it->is_array()) wrongKind(path(), key, "an array", it == metadata_.end() ? nullptr : &*it);
+    if (it == metadata_.end() || !it->is_array())
+        wrongKind(path(), key, "an array", it == metadata_.end() ? nullptr : &*it);
     return *it;
 }
 

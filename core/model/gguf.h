@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -58,14 +59,12 @@ public:
     explicit GgufFile(const std::string& path);  // maps and validates; throws FormatError
 
     const std::string& path() const { return file_.path(); }
-    std::uint32_t version() const { return version_; }
     // Metadata values as JSON: integers, floats (an f32 widened exactly), booleans, strings, arrays.
     const nlohmann::json& metadata() const { return metadata_; }
     bool has(const std::string& key) const { return metadata_.contains(key); }
     // The value of `key`, FormatError naming file and key where it is missing or not of the kind asked.
     std::string string(const std::string& key) const;
     std::int64_t integer(const std::string& key) const;
-    double number(const std::string& key) const;
     const nlohmann::json& array(const std::string& key) const;
 
     const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
@@ -74,9 +73,9 @@ public:
 
 private:
     MappedFile file_;
-    std::uint32_t version_ = 0;
     nlohmann::json metadata_ = nlohmann::json::object();
     std::vector<GgufTensorInfo> tensors_;
+    std::map<std::string, std::size_t> tensorIndex_;  // name -> position in tensors_
 };
 
 // `count` values of a tensor of `type` from its bytes into fp32, as the `gguf` Python package's

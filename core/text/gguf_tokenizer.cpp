@@ -35,7 +35,8 @@ std::vector<int64_t> tokenTypesOf(const GgufFile& f, std::size_t n) {
     std::vector<int64_t> out;
     if (!f.has("tokenizer.ggml.token_type")) return out;
     for (const auto& v : f.array("tokenizer.ggml.token_type")) {
-        if (!v.is_number_integer()) throw FormatError(f.path() + ": GGUF metadata 'tokenizer.ggml.token_type' holds a non-integer");
+        if (!v.is_number_integer())
+            throw FormatError(f.path() + ": GGUF metadata 'tokenizer.ggml.token_type' holds a non-integer");
         out.push_back(v.get<int64_t>());
     }
     if (out.size() != n)
@@ -53,18 +54,7 @@ std::optional<int64_t> tokenIdOf(const GgufFile& f, const std::string& key, std:
     return id;
 }
 
-bool allInByteAlphabet(const std::string& token) {
-    static const std::set<std::string> alphabet(byteLevelAlphabet().begin(), byteLevelAlphabet().end());
-    std::size_t i = 0;
-    while (i < token.size()) {
-        const auto c = static_cast<unsigned char>(token[i]);
-        const std::size_t n = c < 0x80 ? 1 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
-        if (!alphabet.count(token.substr(i, n))) return false;
-        i += n;
-    }
-    return true;
-}
-
+// The characters of valid UTF-8 text (stringsOf checks it), each as its bytes: Python's str indexing.
 std::vector<std::string> codePoints(const std::string& s) {
     std::vector<std::string> out;
     for (std::size_t i = 0; i < s.size();) {
@@ -79,6 +69,13 @@ std::vector<std::string> codePoints(const std::string& s) {
 // transformers' generate_merges(vocab, scores): every split of a token into two tokens of the
 // vocabulary, ordered by the token's score (highest first), then the longer left piece, the longer
 // right piece; ties keep the vocabulary's order.
+bool allInByteAlphabet(const std::string& token) {
+    static const std::set<std::string> alphabet(byteLevelAlphabet().begin(), byteLevelAlphabet().end());
+    const auto characters = codePoints(token);
+    return std::all_of(characters.begin(), characters.end(),
+                       [](const std::string& c) { return alphabet.count(c) != 0; });
+}
+
 json mergesFromScores(const std::vector<std::string>& tokens, const std::vector<double>& scores) {
     std::map<std::string, int64_t> id;  // the last index of each spelling, as a Python dict keeps it
     for (std::size_t i = 0; i < tokens.size(); ++i) id[tokens[i]] = static_cast<int64_t>(i);
@@ -184,11 +181,17 @@ json ggufTokenizerJson(const GgufFile& f) {
     for (std::size_t i = 0; i < types.size(); ++i) {
         const bool control = types[i] == kControlToken && (!byteLevel || allInByteAlphabet(tokens[i]));
         if (!control && types[i] != kUserDefinedToken) continue;
-        added.push_back({{"id", i}, {"content", tokens[i]}, {"single_word", false}, {"lstrip", false},
-                         {"rstrip", false}, {"normalized", false}, {"special", control}});
+        added.push_back({{"id", i},
+                         {"content", tokens[i]},
+                         {"single_word", false},
+                         {"lstrip", false},
+                         {"rstrip", false},
+                         {"normalized", false},
+                         {"special", control}});
     }
 
-    const bool addBos = f.has("tokenizer.ggml.add_bos_token") ? f.metadata()["tokenizer.ggml.add_bos_token"] == true : !byteLevel;
+    const bool addBos =
+        f.has("tokenizer.ggml.add_bos_token") ? f.metadata()["tokenizer.ggml.add_bos_token"] == true : !byteLevel;
     const bool addEos = f.has("tokenizer.ggml.add_eos_token") && f.metadata()["tokenizer.ggml.add_eos_token"] == true;
     const auto bosId = tokenIdOf(f, "tokenizer.ggml.bos_token_id", tokens.size());
     const auto eosId = tokenIdOf(f, "tokenizer.ggml.eos_token_id", tokens.size());
@@ -196,28 +199,40 @@ json ggufTokenizerJson(const GgufFile& f) {
         return wanted && id ? std::optional(tokens[static_cast<std::size_t>(*id)]) : std::nullopt;
     };
 
-    json model = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"ignore_merges", false},
-                  {"vocab", vocab}, {"merges", mergesOf(f, tokens)}};
-    json j = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added},
+    json model = {{"type", "BPE"},          {"dropout", nullptr}, {"unk_token", nullptr},
+                  {"ignore_merges", false}, {"vocab", vocab},     {"merges", mergesOf(f, tokens)}};
+    json j = {{"version", "1.0"},
+              {"truncation", nullptr},
+              {"padding", nullptr},
+              {"added_tokens", added},
               {"normalizer", nullptr},
               {"post_processor", postProcessor(nameOf(addBos, bosId), nameOf(addEos, eosId), bosId, eosId)}};
     if (byteLevel) {
-        model.update({{"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""}, {"fuse_unk", false}, {"byte_fallback", false}});
-        const json byteLevelStep = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+        model.update({{"continuing_subword_prefix", ""},
+                      {"end_of_word_suffix", ""},
+                      {"fuse_unk", false},
+                      {"byte_fallback", false}});
+        const json byteLevelStep = {
+            {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
         j["decoder"] = byteLevelStep;
         j["pre_tokenizer"] = byteLevelStep;
         const std::string pre = f.has("tokenizer.ggml.pre") ? f.string("tokenizer.ggml.pre") : "";
         if (const auto pattern = splitPatternOf(pre)) {
             json bytes = byteLevelStep;
             bytes["use_regex"] = false;
-            j["pre_tokenizer"] = {{"type", "Sequence"},
-                                  {"pretokenizers",
-                                   {{{"type", "Split"}, {"pattern", {{"Regex", *pattern}}}, {"behavior", "Isolated"}, {"invert", false}},
-                                    bytes}}};
+            j["pre_tokenizer"] = {
+                {"type", "Sequence"},
+                {"pretokenizers",
+                 {{{"type", "Split"}, {"pattern", {{"Regex", *pattern}}}, {"behavior", "Isolated"}, {"invert", false}},
+                  bytes}}};
         }
     } else {
-        model.update({{"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr}, {"fuse_unk", true}, {"byte_fallback", true}});
-        j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}, {"split", false}};
+        model.update({{"continuing_subword_prefix", nullptr},
+                      {"end_of_word_suffix", nullptr},
+                      {"fuse_unk", true},
+                      {"byte_fallback", true}});
+        j["pre_tokenizer"] = {
+            {"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}, {"split", false}};
         j["decoder"] = {{"type", "Sequence"},
                         {"decoders",
                          {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
@@ -236,8 +251,10 @@ GgufChatTemplate ggufChatTemplate(const GgufFile& f) {
         throw FormatError(f.path() + ": GGUF metadata 'tokenizer.chat_template' is not valid UTF-8");
     if (!f.has("tokenizer.ggml.tokens")) return t;
     const auto tokens = stringsOf(f, "tokenizer.ggml.tokens");
-    for (const auto& [name, key] : {std::pair{"bos_token", "bos_token_id"}, {"eos_token", "eos_token_id"},
-                                    {"unk_token", "unknown_token_id"}, {"pad_token", "padding_token_id"}})
+    for (const auto& [name, key] : {std::pair{"bos_token", "bos_token_id"},
+                                    {"eos_token", "eos_token_id"},
+                                    {"unk_token", "unknown_token_id"},
+                                    {"pad_token", "padding_token_id"}})
         if (const auto id = tokenIdOf(f, std::string("tokenizer.ggml.") + key, tokens.size()))
             t.specialTokens[name] = tokens[static_cast<std::size_t>(*id)];
     return t;
