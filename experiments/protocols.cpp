@@ -210,7 +210,7 @@ std::vector<int64_t> promptIdsFor(const ItemContext& ctx, const DatasetItem& ite
     if (!item.prefixIds.empty()) return item.prefixIds;
     std::vector<ChatMessage> messages = item.messages;
     if (messages.empty()) messages.push_back({"user", item.prompt});
-    const ChatPrompt chat = renderChat(ctx.config.chatTemplate, ctx.config.modelDir, messages);
+    const ChatPrompt chat = ctx.chat->render(messages);
     return ctx.tokenizer.encode(chat.text, chat.addSpecialTokens);
 }
 
@@ -455,7 +455,7 @@ std::vector<std::string> auditItem(const ItemContext& ctx, const DatasetItem& it
     if (auditsAtPrefillSpeed(ctx.config, depth)) return auditAtPrefillSpeed(ctx, item, stored);
     ExperimentConfig replayConfig = ctx.config;
     replayConfig.protocols.erase("audit");
-    ItemContext replayCtx{replayConfig, ctx.tokenizer, ctx.model, ""};
+    ItemContext replayCtx{replayConfig, ctx.tokenizer, ctx.model, "", ctx.chat};
     const ItemRecord again = runItem(replayCtx, item, stored.index);
     std::vector<std::string> mismatches;
     for (const auto& [name, ids] : stored.trajectories) {

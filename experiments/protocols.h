@@ -23,6 +23,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -35,6 +36,9 @@ struct ItemContext {
     // both "bf16" and "fp32".
     std::function<const Transformer&(const std::string& dtype)> model;
     std::string keepCachesDir;  // non-empty: save live and prefill caches there
+    // Every item's prompt through one renderer: the checkpoint's template is read once a run.
+    std::shared_ptr<const ChatRenderer> chat =
+        std::make_shared<const ChatRenderer>(config.chatTemplate, config.modelDir);
 };
 
 // Runs every selected protocol for one item and returns what the ledger stores.

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
 namespace kvscope {
@@ -135,12 +136,36 @@ std::string applyChatTemplate(ChatTemplate t, const std::vector<ChatMessage>& me
     return out;
 }
 
+struct ChatRenderer::Loaded {
+    std::once_flag once;
+    std::optional<CheckpointTemplate> checkpoint;  // none: the checkpoint has no template
+    std::optional<jinja::Template> compiled;
+};
+
+ChatRenderer::ChatRenderer(ChatTemplate t, std::string modelDir)
+    : template_(t), modelDir_(std::move(modelDir)), loaded_(std::make_shared<Loaded>()) {}
+
+const ChatRenderer::Loaded& ChatRenderer::loaded() const {
+    std::call_once(loaded_->once, [this] {
+        auto checkpoint = checkpointTemplate(modelDir_);
+        if (checkpoint) loaded_->compiled = jinja::Template::parse(checkpoint->text, checkpoint->source);
+        loaded_->checkpoint = std::move(checkpoint);
+    });
+    return *loaded_;
+}
+
 ChatPrompt renderChat(ChatTemplate t, const std::string& modelDir, const std::vector<ChatMessage>& messages,
                       const nlohmann::ordered_json& templateArguments, bool addGenerationPrompt) {
+    return ChatRenderer(t, modelDir).render(messages, templateArguments, addGenerationPrompt);
+}
+
+ChatPrompt ChatRenderer::render(const std::vector<ChatMessage>& messages,
+                                const nlohmann::ordered_json& templateArguments, bool addGenerationPrompt) const {
     if (!templateArguments.is_object()) throw UsageError("chat template arguments must be a JSON object");
-    if (t != ChatTemplate::Auto)
-        return {applyChatTemplate(t, messages, addGenerationPrompt), t == ChatTemplate::Plain, chatTemplateName(t)};
-    const auto checkpoint = checkpointTemplate(modelDir);
+    if (template_ != ChatTemplate::Auto)
+        return {applyChatTemplate(template_, messages, addGenerationPrompt), template_ == ChatTemplate::Plain,
+                chatTemplateName(template_)};
+    const auto& checkpoint = loaded().checkpoint;
     if (!checkpoint)
         return {applyChatTemplate(ChatTemplate::Plain, messages), true, "plain (the checkpoint has no chat template)"};
     // The variables apply_chat_template gives: special tokens, then its keyword arguments over them.
@@ -152,8 +177,7 @@ ChatPrompt renderChat(ChatTemplate t, const std::string& modelDir, const std::ve
     variables["documents"] = nullptr;
     variables["add_generation_prompt"] = addGenerationPrompt;
     for (auto it = templateArguments.begin(); it != templateArguments.end(); ++it) variables[it.key()] = it.value();
-    const auto compiled = jinja::Template::parse(checkpoint->text, checkpoint->source);
-    return {compiled.render(variables), false, "auto (" + checkpoint->source + ")"};
+    return {loaded().compiled->render(variables), false, "auto (" + checkpoint->source + ")"};
 }
 
 std::vector<ChatMessage> readChatMessages(const std::string& path) {

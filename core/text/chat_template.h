@@ -6,6 +6,7 @@
 // kvscope knows by name. Any other name is refused rather than guessed.
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,6 +43,26 @@ struct ChatPrompt {
 ChatPrompt renderChat(ChatTemplate t, const std::string& modelDir, const std::vector<ChatMessage>& messages,
                       const nlohmann::ordered_json& templateArguments = nlohmann::ordered_json::object(),
                       bool addGenerationPrompt = true);
+
+// renderChat for many conversations of one checkpoint (a run's items): the checkpoint's template is
+// read (its file, or a GGUF file's metadata) and compiled on the first render that needs it and
+// kept, not read again per item. A failed read is not kept: the next render tries again and fails
+// the same way, as renderChat would.
+class ChatRenderer {
+public:
+    ChatRenderer(ChatTemplate t, std::string modelDir);
+    ChatPrompt render(const std::vector<ChatMessage>& messages,
+                      const nlohmann::ordered_json& templateArguments = nlohmann::ordered_json::object(),
+                      bool addGenerationPrompt = true) const;
+
+private:
+    struct Loaded;
+    const Loaded& loaded() const;
+
+    ChatTemplate template_;
+    std::string modelDir_;
+    std::shared_ptr<Loaded> loaded_;
+};
 
 // [{"role": ..., "content": ...}, ...] read from a JSON file; UsageError naming the file and entry.
 std::vector<ChatMessage> readChatMessages(const std::string& path);
