@@ -4,11 +4,11 @@
 #include "core/util/json_ids.h"
 
 #include "core/util/error.h"
+#include "core/util/file_names.h"
 
 #include <fstream>
 #include <functional>
 #include <iostream>
-#include <sstream>
 
 namespace kvscope::cli {
 namespace {
@@ -28,11 +28,9 @@ struct TokenizeOptions {
 };
 
 std::string readWholeFile(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw UsageError(path + ": cannot open");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
+    auto bytes = fileContents(path);
+    if (!bytes) throw UsageError(path + ": cannot open");
+    return std::move(*bytes);
 }
 
 // --jsonl: one JSON value per input line in, one JSON object per line out, in order, so another

@@ -5,6 +5,7 @@
 
 #include "core/text/jinja.h"
 #include "core/util/error.h"
+#include "core/util/file_names.h"
 
 #include <filesystem>
 #include <fstream>
@@ -17,11 +18,9 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string readFile(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw FormatError(path.string() + ": cannot open");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
+    auto bytes = fileContents(path);
+    if (!bytes) throw FormatError(path.string() + ": cannot open");
+    return std::move(*bytes);
 }
 
 nlohmann::ordered_json readJson(const fs::path& path) {

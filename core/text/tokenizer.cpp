@@ -9,6 +9,7 @@
 #include "core/text/regex.h"
 #include "core/text/tokenizer_steps.h"
 #include "core/util/error.h"
+#include "core/util/file_names.h"
 #include "core/util/limits.h"
 #include "core/util/parse.h"
 
@@ -16,7 +17,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -148,11 +148,9 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::fromFile(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw FormatError(path + ": cannot open tokenizer file");
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    return fromJson(buffer.str(), path);
+    const auto bytes = fileContents(path);
+    if (!bytes) throw FormatError(path + ": cannot open tokenizer file");
+    return fromJson(*bytes, path);
 }
 
 Tokenizer Tokenizer::fromModelDir(const std::string& dir) {

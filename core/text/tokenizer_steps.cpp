@@ -23,6 +23,13 @@ std::string typeOf(const json& j, const std::string& source, const char* what) {
     return j["type"].get<std::string>();
 }
 
+// The parts of a Sequence normalizer, pre-tokenizer or decoder: its `key` list.
+const json& sequenceParts(const json& j, const char* key, const std::string& source, const char* what) {
+    if (!j.contains(key) || !j[key].is_array())
+        throw FormatError(source + ": Sequence " + what + " needs a '" + key + "' list");
+    return j[key];
+}
+
 std::string stringField(const json& j, const char* key, const std::string& source, const std::string& what) {
     if (!j.contains(key) || !j[key].is_string())
         throw FormatError(source + ": " + what + " needs a string '" + key + "'");
@@ -119,9 +126,7 @@ Normalizer Normalizer::fromJson(const json& j, const std::string& source) {
     if (j.is_null()) return n;
     const std::string type = typeOf(j, source, "normalizer");
     if (type == "Sequence") {
-        if (!j.contains("normalizers") || !j["normalizers"].is_array())
-            throw FormatError(source + ": Sequence normalizer needs a 'normalizers' list");
-        for (const auto& inner : j["normalizers"]) {
+        for (const auto& inner : sequenceParts(j, "normalizers", source, "normalizer")) {
             const Normalizer part = fromJson(inner, source);
             n.steps_.insert(n.steps_.end(), part.steps_.begin(), part.steps_.end());
         }
@@ -234,9 +239,7 @@ PreTokenizer PreTokenizer::fromJson(const json& j, const std::string& source) {
     if (j.is_null()) return p;
     const std::string type = typeOf(j, source, "pre_tokenizer");
     if (type == "Sequence") {
-        if (!j.contains("pretokenizers") || !j["pretokenizers"].is_array())
-            throw FormatError(source + ": Sequence pre_tokenizer needs a 'pretokenizers' list");
-        for (const auto& inner : j["pretokenizers"]) {
+        for (const auto& inner : sequenceParts(j, "pretokenizers", source, "pre_tokenizer")) {
             if (p.byteLevel_) throw FormatError(source + ": a pre_tokenizer after ByteLevel is not supported");
             const PreTokenizer part = fromJson(inner, source);
             p.steps_.insert(p.steps_.end(), part.steps_.begin(), part.steps_.end());
@@ -402,9 +405,7 @@ Decoder Decoder::fromJson(const json& j, const std::string& source) {
     d.none_ = false;
     const std::string type = typeOf(j, source, "decoder");
     if (type == "Sequence") {
-        if (!j.contains("decoders") || !j["decoders"].is_array())
-            throw FormatError(source + ": Sequence decoder needs a 'decoders' list");
-        for (const auto& inner : j["decoders"]) {
+        for (const auto& inner : sequenceParts(j, "decoders", source, "decoder")) {
             const Decoder part = fromJson(inner, source);
             d.steps_.insert(d.steps_.end(), part.steps_.begin(), part.steps_.end());
         }

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
 namespace kvscope {
 namespace {
@@ -34,6 +36,14 @@ bool pathExists(const std::filesystem::path& path) {
     const bool exists = std::filesystem::exists(path, ec);
     if (ec) throw FormatError(path.string() + ": cannot be looked up (" + ec.message() + ")");
     return exists;
+}
+
+std::optional<std::string> fileContents(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return std::nullopt;
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    return bytes.str();
 }
 
 }  // namespace kvscope
