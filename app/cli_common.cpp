@@ -143,8 +143,8 @@ nlohmann::ordered_json templateArguments(const std::string& text) {
 }
 
 std::optional<Tokenizer> tokenizerIfPresent(const std::string& dir) {
-    const bool gguf = isGgufPath(dir) && !std::filesystem::is_directory(dir);
-    if (!gguf && !std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) return std::nullopt;
+    if (!isGgufFile(dir) && !std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"))
+        return std::nullopt;
     return Tokenizer::fromModelDir(dir);
 }
 

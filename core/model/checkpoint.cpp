@@ -82,7 +82,7 @@ Checkpoint Checkpoint::openGguf(const std::string& path) {
 }
 
 Checkpoint Checkpoint::open(const std::string& dir) {
-    if (isGgufPath(dir) && !fs::is_directory(dir)) return openGguf(dir);
+    if (isGgufFile(dir)) return openGguf(dir);
     Checkpoint ck;
     ck.dir_ = dir;
     ck.config_ = ModelConfig::load(dir);

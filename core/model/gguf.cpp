@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 
 namespace kvscope {
@@ -137,6 +138,11 @@ std::int64_t GgufTensorInfo::elements() const {
 std::vector<std::int64_t> GgufTensorInfo::rowMajorShape() const { return {ne.rbegin(), ne.rend()}; }
 
 bool isGgufPath(const std::string& path) { return path.size() > 5 && path.compare(path.size() - 5, 5, ".gguf") == 0; }
+
+bool isGgufFile(const std::string& path) {
+    std::error_code error;
+    return isGgufPath(path) && !std::filesystem::is_directory(path, error);
+}
 
 GgufFile::GgufFile(const std::string& path) : file_(path) {
     Cursor in(file_.data(), file_.size(), path);

@@ -84,5 +84,9 @@ private:
 void dequantizeToFloat(GgmlType type, const std::uint8_t* bytes, std::int64_t count, float* out);
 
 bool isGgufPath(const std::string& path);  // names a file ending in ".gguf"
+// A model given as a GGUF file: a path ending in ".gguf" that is not a directory (a Hugging Face
+// folder may be named so). Never throws: a path the system refuses is "not a directory" here, and
+// opening it then names it.
+bool isGgufFile(const std::string& path);
 
 }  // namespace kvscope

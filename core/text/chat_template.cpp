@@ -45,7 +45,7 @@ struct CheckpointTemplate {
 // chat_template.jinja wins over tokenizer_config.json's chat_template, as in transformers (it writes
 // the file and leaves the field out). A list of named templates uses the one named "default".
 std::optional<CheckpointTemplate> checkpointTemplate(const std::string& dir) {
-    if (isGgufPath(dir) && !fs::is_directory(dir)) {  // tokenizer.chat_template, special tokens by id
+    if (isGgufFile(dir)) {  // tokenizer.chat_template, special tokens by id
         const GgufChatTemplate gguf = ggufChatTemplate(GgufFile(dir));
         if (gguf.text.empty()) return std::nullopt;
         return CheckpointTemplate{dir + " (GGUF metadata tokenizer.chat_template)", gguf.text, gguf.specialTokens};

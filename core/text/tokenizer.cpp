@@ -154,7 +154,7 @@ Tokenizer Tokenizer::fromFile(const std::string& path) {
 }
 
 Tokenizer Tokenizer::fromModelDir(const std::string& dir) {
-    if (isGgufPath(dir) && !std::filesystem::is_directory(dir)) {
+    if (isGgufFile(dir)) {
         const GgufFile file(dir);
         return fromJson(ggufTokenizerJson(file).dump(), dir + " (GGUF tokenizer metadata)");
     }
