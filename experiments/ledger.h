@@ -48,6 +48,9 @@ struct ItemRecord {
     std::map<std::string, std::string> fingerprints;
     double seconds = 0;
     int64_t tokens = 0;                // tokens decoded for this item
+    // Where this run of the item spent its time (trace, prefill side, replay, each protocol); the
+    // run's summary, not the ledger (a replay's times differ, its results must not).
+    std::map<std::string, double> secondsBy;
 };
 
 enum class LedgerAccess {

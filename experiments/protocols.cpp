@@ -85,6 +85,15 @@ std::optional<StepSummary> stepAt(const GenerationResult& r, int64_t i) {
     return StepSummary{s.id, s.margin, s.entropy, s.logprob};
 }
 
+// f(), its time added to rec.secondsBy[step].
+template <typename F>
+auto timed(ItemRecord& rec, const char* step, F&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto result = f();
+    rec.secondsBy[step] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return result;
+}
+
 std::optional<int64_t> divergenceAt(int64_t div) { return div < 0 ? std::nullopt : std::optional<int64_t>(div); }
 
 // Is item `id` in the outcome-blind transplant sample? Depends only on (seed, id).
@@ -103,23 +112,102 @@ struct Prefix {
     int64_t boundary = 0, budget = 0;         // budget: tokens left to continue
 };
 
-MatchedResult runMatched(const ItemContext& ctx, const Prefix& p, const Side& live, const Side& prefill) {
+// A continuation that may end as soon as it has left every continuation it is compared with: a
+// transplant or localize test only asks "equal to which?", and a result that has split from all of
+// them cannot become equal again. The split token is kept, so where it split stays known.
+GenerationResult continueUntilItLeaves(const ItemContext& ctx, const Transformer& m, const KvCache& cache,
+                                       int64_t budget, const std::vector<const std::vector<int64_t>*>& references) {
+    std::vector<bool> left(references.size(), false);
+    const TokenCallback onToken = [&](const StepRecord& step, int64_t i) {
+        bool all = true;
+        for (std::size_t r = 0; r < references.size(); ++r) {
+            const std::vector<int64_t>& ref = *references[r];
+            left[r] = left[r] || i >= static_cast<int64_t>(ref.size()) || ref[static_cast<std::size_t>(i)] != step.id;
+            all = all && left[r];
+        }
+        return !all;
+    };
+    return continueFrom(m, cache, ctx.config.sampling, stopRules(ctx, m, budget), onToken);
+}
+
+// The run's replay of an item from scratch: the trace decoded again, the live cache it retains at
+// the boundary, a second one-shot prefill and both continuations. The replicas of `matched` and the
+// run's audit (torch kernels) are this one computation.
+struct Replay {
+    GenerationResult trace;
+    std::string liveFingerprint, prefillFingerprint;
+    GenerationResult liveSuffix, prefillSuffix;
+};
+
+// The live side from a finished trace: a decode never rewrites a cache position, so the trace's
+// cache cut at the boundary is the live cache there, and the trace after the boundary is its
+// continuation (the same decode steps from the same state). With stop strings the continuation is
+// decoded again, because a continuation checks them on its own text, not the trace's.
+std::pair<KvCache, GenerationResult> liveSideOfTrace(const ItemContext& ctx, const GenerationResult& trace,
+                                                     const KvCache& traceCache, int64_t promptLength, int64_t boundary,
+                                                     int64_t budget) {
+    KvCache live = traceCache.clone();
+    live.truncate(promptLength + boundary);
+    live.setConstruction("live");  // and the provenance buildLiveCache gives, which transplants check
+    live.setPromptLength(promptLength);
+    live.setModelFingerprint(ctx.model(ctx.config.dtypes.front()).fingerprint());
+    if (!ctx.config.stopStrings.empty()) {
+        GenerationResult suffix = continueWithRunRules(ctx, live, budget);
+        return {std::move(live), std::move(suffix)};
+    }
+    GenerationResult suffix;
+    suffix.ids.assign(trace.ids.begin() + boundary, trace.ids.end());
+    suffix.steps.assign(trace.steps.begin() + boundary, trace.steps.end());
+    suffix.stopReason = trace.stopReason;
+    return {std::move(live), std::move(suffix)};
+}
+
+Replay replayItem(const ItemContext& ctx, const Prefix& p) {
     const Transformer& m = ctx.model(ctx.config.dtypes.front());
-    const StopRules stops = stopRules(ctx, m, p.budget);
-    // Replicas: the same inputs from scratch must give the same tokens.
-    const GenerationResult liveAgain =
-        continueFrom(m, buildLiveCache(m, p.prompt, p.boundary, ctx.config.sampling), ctx.config.sampling, stops);
-    const GenerationResult prefillAgain =
-        continueFrom(m, buildCache(m, p.ids, Construction::parse("prefill"), static_cast<int64_t>(p.prompt.size())),
-                     ctx.config.sampling, stops);
+    Replay r;
+    KvCache traceCache;
+    r.trace = Generator(m).generate(p.prompt, ctx.config.sampling, stopRules(ctx, m, ctx.config.maxNewTokens), {},
+                                    &traceCache);
+    if (static_cast<int64_t>(r.trace.ids.size()) > p.boundary) {
+        auto [live, suffix] =
+            liveSideOfTrace(ctx, r.trace, traceCache, static_cast<int64_t>(p.prompt.size()), p.boundary, p.budget);
+        r.liveFingerprint = fingerprintCache(live).overall;
+        r.liveSuffix = std::move(suffix);
+    }
+    const KvCache prefill = buildCache(m, p.ids, Construction::parse("prefill"), static_cast<int64_t>(p.prompt.size()));
+    r.prefillFingerprint = fingerprintCache(prefill).overall;
+    r.prefillSuffix = continueWithRunRules(ctx, prefill, p.budget);
+    return r;
+}
+
+// Where the replay differs from what the run recorded: one line per trajectory or cache fingerprint.
+std::vector<std::string> replayMismatches(const Replay& again, const ItemRecord& rec) {
+    std::vector<std::string> mismatches;
+    auto compareIds = [&](const char* name, const std::vector<int64_t>& ids) {
+        const int64_t at = firstDivergence(rec.trajectories.at(name), ids);
+        if (at >= 0)
+            mismatches.push_back("trajectory '" + std::string(name) + "' differs at token " + std::to_string(at));
+    };
+    compareIds("trace", again.trace.ids);
+    compareIds("suffix_live", again.liveSuffix.ids);
+    compareIds("suffix_prefill", again.prefillSuffix.ids);
+    if (again.liveFingerprint != rec.fingerprints.at("live_cache"))
+        mismatches.push_back("fingerprint 'live_cache' differs");
+    if (again.prefillFingerprint != rec.fingerprints.at("prefill_cache"))
+        mismatches.push_back("fingerprint 'prefill_cache' differs");
+    return mismatches;
+}
+
+MatchedResult runMatched(const Replay& again, const Side& live, const Side& prefill) {
     const int64_t div = firstDivergence(live.suffix.ids, prefill.suffix.ids);
     MatchedResult r;
     r.suffixEqual = div < 0;
     r.firstDivergence = divergenceAt(div);
     r.liveAtDivergence = stepAt(live.suffix, div);
     r.prefillAtDivergence = stepAt(prefill.suffix, div);
-    r.replicaLiveExact = liveAgain.ids == live.suffix.ids;
-    r.replicaPrefillExact = prefillAgain.ids == prefill.suffix.ids;
+    // Replicas: the same inputs from scratch must give the same tokens.
+    r.replicaLiveExact = again.liveSuffix.ids == live.suffix.ids;
+    r.replicaPrefillExact = again.prefillSuffix.ids == prefill.suffix.ids;
     r.answerLive = live.answer;
     r.answerPrefill = prefill.answer;
     r.correctLive = live.correct;
@@ -130,18 +218,38 @@ MatchedResult runMatched(const ItemContext& ctx, const Prefix& p, const Side& li
     return r;
 }
 
-FixedPrefixResult runFixedPrefix2x2(const ItemContext& ctx, const Prefix& p) {
+// The token-by-token cache of the prefix in one precision, built once for bridge and the 2x2.
+struct IncrementalCaches {
+    std::map<std::string, KvCache> byDtype;
+    const KvCache& get(const ItemContext& ctx, const Prefix& p, const std::string& dtype) {
+        auto it = byDtype.find(dtype);
+        if (it == byDtype.end())
+            it = byDtype
+                     .emplace(dtype, buildCache(ctx.model(dtype), p.ids, Construction::parse("incremental"),
+                                                static_cast<int64_t>(p.prompt.size())))
+                     .first;
+        return it->second;
+    }
+};
+
+// Token-by-token vs one-shot prefill of the same prefix, in bf16 and fp32. In the run's main
+// precision the prefill continuation is the prefill side's own.
+FixedPrefixResult runFixedPrefix2x2(const ItemContext& ctx, const Prefix& p, IncrementalCaches& incremental,
+                                    const Side& prefillSide) {
     FixedPrefixResult out;
-    const auto P = static_cast<int64_t>(p.prompt.size());
-    for (const char* dtype : {"bf16", "fp32"}) {
+    for (const std::string dtype : {"bf16", "fp32"}) {
         const Transformer& m = ctx.model(dtype);
         const StopRules stops = stopRules(ctx, m, p.budget);
-        const auto inc =
-            continueFrom(m, buildCache(m, p.ids, Construction::parse("incremental"), P), ctx.config.sampling, stops);
-        const auto pre =
-            continueFrom(m, buildCache(m, p.ids, Construction::parse("prefill"), P), ctx.config.sampling, stops);
-        const int64_t div = firstDivergence(inc.ids, pre.ids);
-        (std::string(dtype) == "bf16" ? out.bf16 : out.fp32) = FixedPrefixCell{div >= 0, divergenceAt(div)};
+        const auto inc = continueFrom(m, incremental.get(ctx, p, dtype), ctx.config.sampling, stops);
+        const std::vector<int64_t> pre =
+            dtype == ctx.config.dtypes.front()
+                ? prefillSide.suffix.ids
+                : continueFrom(
+                      m, buildCache(m, p.ids, Construction::parse("prefill"), static_cast<int64_t>(p.prompt.size())),
+                      ctx.config.sampling, stops)
+                      .ids;
+        const int64_t div = firstDivergence(inc.ids, pre);
+        (dtype == "bf16" ? out.bf16 : out.fp32) = FixedPrefixCell{div >= 0, divergenceAt(div)};
     }
     return out;
 }
@@ -152,9 +260,9 @@ TransplantResult runTransplant(const ItemContext& ctx, const Prefix& p, const Kv
     TransplantSpec spec;
     spec.layers = TransplantSpec::parseLayers(ctx.config.transplantLayers, live.numLayers());
     spec.parseKv(ctx.config.transplantKv);
-    const StopRules stops = stopRules(ctx, m, p.budget);
-    const auto intoPrefill = continueFrom(m, transplant(prefill, live, spec), ctx.config.sampling, stops).ids;
-    const auto intoLive = continueFrom(m, transplant(live, prefill, spec), ctx.config.sampling, stops).ids;
+    const std::vector<const std::vector<int64_t>*> both{&liveSide.suffix.ids, &prefillSide.suffix.ids};
+    const auto intoPrefill = continueUntilItLeaves(ctx, m, transplant(prefill, live, spec), p.budget, both).ids;
+    const auto intoLive = continueUntilItLeaves(ctx, m, transplant(live, prefill, spec), p.budget, both).ids;
     auto verdict = [](const TransplantOutcome& o) { return TransplantVerdict{o.followsDonor, o.followsRecipient}; };
     return {ctx.config.transplantLayers, ctx.config.transplantKv,
             verdict(judgeTransplant(intoPrefill, liveSide.suffix.ids, prefillSide.suffix.ids)),
@@ -163,20 +271,23 @@ TransplantResult runTransplant(const ItemContext& ctx, const Prefix& p, const Kv
 
 // Smallest contiguous layer range [lo, hi) whose transplant (prefill <- live) reproduces the live
 // suffix, by bisection on hi then lo, then K alone and V alone on that range.
+// `allLayersFollow`: the transplant protocol's answer for all layers, K and V, when it ran (the same
+// test, not repeated).
 LocalizeResult runLocalize(const ItemContext& ctx, const Prefix& p, const KvCache& live, const KvCache& prefill,
-                           const Side& liveSide) {
+                           const Side& liveSide, std::optional<bool> allLayersFollow) {
     const Transformer& m = ctx.model(ctx.config.dtypes.front());
-    const StopRules stops = stopRules(ctx, m, p.budget);
     int tests = 0;
     auto follows = [&](int64_t lo, int64_t hi, const char* kv) {
         ++tests;
         TransplantSpec spec;
         for (int64_t l = lo; l < hi; ++l) spec.layers.push_back(l);
         spec.parseKv(kv);
-        return continueFrom(m, transplant(prefill, live, spec), ctx.config.sampling, stops).ids == liveSide.suffix.ids;
+        return continueUntilItLeaves(ctx, m, transplant(prefill, live, spec), p.budget, {&liveSide.suffix.ids}).ids ==
+               liveSide.suffix.ids;
     };
     const int64_t L = live.numLayers();
-    if (!follows(0, L, "kv")) return LocalizeResult{false, {}, "", tests};
+    const bool all = allLayersFollow ? (++tests, *allLayersFollow) : follows(0, L, "kv");
+    if (!all) return LocalizeResult{false, {}, "", tests};
     int64_t lo = 0, hi = L;
     for (int64_t a = 1, b = L; a < b;) {  // smallest hi with [0, hi) sufficient
         const int64_t mid = (a + b) / 2;
@@ -303,7 +414,10 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
 
     Prefix p;
     p.prompt = promptIdsFor(ctx, item);
-    const GenerationResult trace = Generator(m).generate(p.prompt, c.sampling, stopRules(ctx, m, c.maxNewTokens));
+    KvCache traceCache;
+    const GenerationResult trace = timed(rec, "trace", [&] {
+        return Generator(m).generate(p.prompt, c.sampling, stopRules(ctx, m, c.maxNewTokens), {}, &traceCache);
+    });
     p.trace = trace.ids;
     p.boundary = boundaryIndex(ctx, p.trace);
     rec.trajectories["prompt"] = p.prompt;
@@ -317,15 +431,17 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
         return rec;
     }
     rec.status = ItemStatus::Done;
-    BoundaryState b = rebuildBoundary(ctx, p.prompt, p.trace, p.boundary);
-    p.ids = b.prefix;
-    p.budget = b.budget;
-    const KvCache& live = b.live;
-    const KvCache& prefill = b.prefill;
     const auto P = static_cast<int64_t>(p.prompt.size());
+    p.ids = concat(p.prompt, {p.trace.begin(), p.trace.begin() + p.boundary});
+    p.budget = std::max<int64_t>(1, c.maxNewTokens - p.boundary);
+    auto [live, liveSuffix] = liveSideOfTrace(ctx, trace, traceCache, P, p.boundary, p.budget);
+    traceCache = KvCache();
     const std::vector<int64_t> generated(p.trace.begin(), p.trace.begin() + p.boundary);
-    const Side liveSide = finishSide(ctx, item, generated, std::move(b.liveSuffix));
-    const Side prefillSide = finishSide(ctx, item, generated, std::move(b.prefillSuffix));
+    const Side liveSide = finishSide(ctx, item, generated, std::move(liveSuffix));
+    const KvCache prefill =
+        timed(rec, "prefill side", [&] { return buildCache(m, p.ids, Construction::parse("prefill"), P); });
+    const Side prefillSide = finishSide(
+        ctx, item, generated, timed(rec, "prefill side", [&] { return continueWithRunRules(ctx, prefill, p.budget); }));
     rec.trajectories["suffix_live"] = liveSide.suffix.ids;
     rec.trajectories["suffix_prefill"] = prefillSide.suffix.ids;
     rec.fingerprints["live_cache"] = fingerprintCache(live).overall;
@@ -333,17 +449,31 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
     rec.tokens += static_cast<int64_t>(liveSide.suffix.ids.size() + prefillSide.suffix.ids.size() + p.boundary);
     const bool divergent = liveSide.suffix.ids != prefillSide.suffix.ids;
 
-    if (c.runs("matched")) rec.results.matched = runMatched(ctx, p, liveSide, prefillSide);
+    const bool auditByReplay = c.runs("audit") && !auditsAtPrefillSpeed(c, AuditDepth::Auto);
+    std::optional<Replay> again;
+    if (c.runs("matched") || auditByReplay) again = timed(rec, "replay", [&] { return replayItem(ctx, p); });
+    if (c.runs("matched")) rec.results.matched = runMatched(*again, liveSide, prefillSide);
+    IncrementalCaches incremental;
     if (c.runs("bridge")) {  // the faithful rebuild: token by token with torch kernels, one forward with invariant ones
-        const Construction rebuild = Construction::parse(isInvariant(c.kernels) ? "prefill" : "incremental");
-        const KvCache rebuilt = buildCache(m, p.ids, rebuild, P);
-        rec.results.bridge =
-            BridgeResult{fingerprintCache(rebuilt).overall == rec.fingerprints["live_cache"], rebuilt.construction()};
+        rec.results.bridge = timed(rec, "bridge", [&] {
+            const KvCache& rebuilt = isInvariant(c.kernels) ? prefill : incremental.get(ctx, p, c.dtypes.front());
+            return BridgeResult{fingerprintCache(rebuilt).overall == rec.fingerprints["live_cache"],
+                                rebuilt.construction()};
+        });
     }
-    if (c.runs("fixed_prefix_2x2")) rec.results.fixedPrefix2x2 = runFixedPrefix2x2(ctx, p);
+    if (c.runs("fixed_prefix_2x2"))
+        rec.results.fixedPrefix2x2 =
+            timed(rec, "fixed_prefix_2x2", [&] { return runFixedPrefix2x2(ctx, p, incremental, prefillSide); });
     if (c.runs("transplant") && divergent && selectedForTransplant(c, item.id))
-        rec.results.transplant = runTransplant(ctx, p, live, prefill, liveSide, prefillSide);
-    if (c.runs("localize") && divergent) rec.results.localize = runLocalize(ctx, p, live, prefill, liveSide);
+        rec.results.transplant =
+            timed(rec, "transplant", [&] { return runTransplant(ctx, p, live, prefill, liveSide, prefillSide); });
+    if (c.runs("localize") && divergent)
+        rec.results.localize = timed(rec, "localize", [&] {
+            const std::optional<TransplantResult>& t = rec.results.transplant;
+            const bool sameTest = t && c.transplantLayers == "all" && c.transplantKv == "kv";
+            return runLocalize(ctx, p, live, prefill, liveSide,
+                               sameTest ? std::optional<bool>(t->prefillFromLive.followsDonor) : std::nullopt);
+        });
     // One fingerprint over everything compared, so an audit can check the comparison as a whole.
     const std::string comparison = toJson(rec.results).dump() + json(rec.trajectories).dump();
     rec.fingerprints["comparison"] = sha256Hex(comparison.data(), comparison.size());
@@ -358,8 +488,9 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
             rec.results.caches[name] = path;
         }
     }
-    if (c.runs("audit")) {
-        const auto mismatches = auditItem(ctx, item, rec);
+    if (c.runs("audit")) {  // the trajectories and caches replayed; `kvscope audit` replays every protocol too
+        const auto mismatches = auditByReplay ? replayMismatches(*again, rec)
+                                              : timed(rec, "audit", [&] { return auditItem(ctx, item, rec); });
         rec.results.audit = AuditResult{mismatches.empty(), mismatches};
     }
     rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -10,8 +10,11 @@
 //   fixed_prefix_2x2: incremental vs prefill suffixes, in bf16 and in fp32
 //   transplant: all (or chosen) layers both ways; does each continuation follow its cache donor?
 //   localize: the smallest layer range (then K vs V) whose transplant makes prefill follow live
-//   audit: the item replayed from scratch; every id and fingerprint compared (invariant kernels:
-//          each trajectory checked by one forward, see AuditDepth)
+//   audit: in the run, the trajectories and both caches replayed from scratch (the replay that is
+//          also matched's replicas; invariant kernels: each trajectory checked by one forward);
+//          `kvscope audit` replays every protocol too (see AuditDepth)
+// Each computation is done once: the live cache is the trace's own cut at B and suffix A the trace's
+// tail; bridge and the 2x2 share the token-by-token cache.
 #include "experiments/dataset.h"
 #include "experiments/experiment_config.h"
 #include "experiments/ledger.h"

@@ -123,6 +123,7 @@ RunSummary runExperiment(const ExperimentConfig& config, const RunOptions& o,
         onProgress(progress);
         const ItemRecord rec = runItem(ctx, item, static_cast<int64_t>(todo[k]));
         ledger.recordItem(summary.runId, rec);
+        for (const auto& [step, seconds] : rec.secondsBy) summary.secondsBy[step] += seconds;
         tokens += rec.tokens;
         ++summary.ran;
         const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();

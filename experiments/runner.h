@@ -44,6 +44,7 @@ struct RunSummary {
     int64_t ran = 0, alreadyDone = 0, selected = 0;
     bool interrupted = false;
     double seconds = 0;
+    std::map<std::string, double> secondsBy;  // the items' secondsBy, summed: where the run's time went
 };
 
 // "I/N" (0 <= I < N <= 1,000,000) -> {I, N}; UsageError naming --shard otherwise.
