@@ -9,6 +9,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -37,6 +39,17 @@ std::string formatSeconds(double s) {
 }
 
 // A one-line progress bar on a terminal, plain log lines elsewhere (CI logs, Slurm output).
+void showTimeByStep(const char* command, const experiments::RunSummary& summary) {
+    if (summary.secondsBy.empty() || summary.seconds <= 0) return;
+    std::vector<std::pair<std::string, double>> steps(summary.secondsBy.begin(), summary.secondsBy.end());
+    std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    std::string line;
+    for (const auto& [step, seconds] : steps)
+        line += (line.empty() ? "" : ", ") + step + " " + std::to_string(std::lround(100 * seconds / summary.seconds)) +
+                "% (" + formatSeconds(seconds) + ")";
+    std::fprintf(stderr, "kvscope %s: time by step: %s\n", command, line.c_str());
+}
+
 void showRunProgress(const experiments::RunProgress& p) {
     static const bool terminal = ::isatty(STDERR_FILENO);
     const double fraction = p.total ? static_cast<double>(p.done) / static_cast<double>(p.total) : 1.0;

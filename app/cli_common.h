@@ -4,6 +4,7 @@
 // JSON for generation results.
 #include "core/cache/cache_diff.h"
 #include "core/decode/generator.h"
+#include "core/model/catalog.h"
 #include "core/model/transformer.h"
 #include "core/text/chat_template.h"
 #include "core/text/tokenizer.h"
@@ -65,6 +66,8 @@ const std::atomic<bool>& stopRequested();
 std::string formatSeconds(double seconds);  // H:MM:SS
 // A one-line progress bar on a terminal, plain log lines elsewhere (CI logs, Slurm output).
 void showRunProgress(const experiments::RunProgress& progress);
+// "kvscope run: time by step: trace 31% (75.2 s), replay ..." on stderr, largest first.
+void showTimeByStep(const char* command, const experiments::RunSummary& summary);
 
 // `cache diff`'s output, which `compare` prints too: JSON (with the [layer][head][position] grids when
 // `full`) or a table per layer.
@@ -84,5 +87,9 @@ void addBenchCommand(CLI::App& app);
 void addCacheCommands(CLI::App& app);  // cache build/info/diff/transplant/locate, continue
 void addExperimentCommands(CLI::App& app);  // run, report, audit, compare, ledger merge
 void addDemoCommands(CLI::App& app);        // train-demo-model, demo
+void addFetchCommand(CLI::App& app);        // fetch NAME
+
+// The catalog's model, fetched into the user's cache unless it is there already; its path.
+std::string ensureCatalogModel(const CatalogModel& model);
 
 }  // namespace kvscope::cli

@@ -4,6 +4,7 @@
 
 #include "core/bench/benchmark.h"
 #include "core/util/huge_pages.h"
+#include "core/util/resources.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -13,12 +14,6 @@
 
 namespace kvscope::cli {
 namespace {
-
-std::string defaultCacheDir() {
-    if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/kvscope";
-    if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/kvscope";
-    return "/tmp/kvscope-cache";
-}
 
 // A kernel row's rate over one of its compute lines (KernelRow's peakFlopsPerSecond or
 // adjacentPeakFlopsPerSecond), or JSON null where none applies (0).
@@ -299,7 +294,7 @@ void addBenchCommand(CLI::App& app) {
     cmd->add_flag("--json", o->json, "Print the figures as JSON");
     cmd->callback([o] {
         applyThreads(o->threads);
-        if (o->bench.cacheDir.empty()) o->bench.cacheDir = defaultCacheDir();
+        if (o->bench.cacheDir.empty()) o->bench.cacheDir = userCacheDir();
         o->bench.dtypes.clear();
         for (const auto& d : o->dtypes) o->bench.dtypes.push_back(parseDtype(d));
         o->bench.kernels.clear();

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // kvscope train-demo-model: trains the embedded demo model (core/train).
-// kvscope demo: runs experiments/demo.toml on the shipped model into a fresh ledger and reports.
+// kvscope demo [--model smollm2]: runs experiments/demo.toml on the shipped model (or a catalog
+// model's study, fetching the model first) into a fresh ledger and reports.
 #include "cli_common.h"
 
 #include "experiments/ledger.h"
@@ -93,26 +94,35 @@ void addTrainDemoModel(CLI::App& app) {
 }
 
 // A new file name in the user's data folder, so every demo writes a fresh ledger.
-std::string freshDemoLedgerPath() {
+std::string freshDemoLedgerPath(const std::string& model) {
     const std::filesystem::path dir = userDataDir();
     std::filesystem::create_directories(dir);
     const std::time_t now = std::time(nullptr);
     char stamp[32];
     std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
-    std::filesystem::path path = dir / ("demo-" + std::string(stamp) + ".db");
-    for (int n = 2; std::filesystem::exists(path); ++n)
-        path = dir / ("demo-" + std::string(stamp) + "-" + std::to_string(n) + ".db");
+    const std::string stem = (model == "demo" ? "demo-" : "demo-" + model + "-") + stamp;
+    std::filesystem::path path = dir / (stem + ".db");
+    for (int n = 2; std::filesystem::exists(path); ++n) path = dir / (stem + "-" + std::to_string(n) + ".db");
     return path.string();
 }
 
 void addDemo(CLI::App& app) {
     struct Options {
-        std::string experiment;
+        std::string experiment, model = "demo";
         experiments::RunOptions run;
     };
     auto o = std::make_shared<Options>();
     CLI::App* cmd = app.add_subcommand(
-        "demo", "Run the whole study (every protocol) on the shipped demo model, then print the report");
+        "demo", "Run the whole study (every protocol) on the shipped demo model or a real one, then print the report");
+    std::vector<std::string> models{"demo"};
+    std::string described = "demo (the shipped model, experiments/demo.toml)";
+    for (const CatalogModel& m : catalogModels()) {
+        models.push_back(m.name);
+        described += ", " + m.name + " (" + m.experiment + "; fetched into the user's cache on first use)";
+    }
+    cmd->add_option("--model", o->model, "Which study: " + described)
+        ->capture_default_str()
+        ->check(CLI::IsMember(models));
     cmd->add_option("--ledger", o->run.ledgerPath,
                     "Ledger to write (default: a new file in the user's data folder; an existing one is resumed)");
     cmd->add_option("--limit", o->run.limit, "Run at most N items")->check(kNonNegative);
@@ -120,20 +130,25 @@ void addDemo(CLI::App& app) {
         ->check(CLI::ExistingFile);
     cmd->add_option("--threads", o->run.threads, "Intra-op threads (default: all cores)")->check(kNonNegative);
     cmd->callback([o] {
+        const bool shipped = o->model == "demo";
         const std::string experimentPath =
-            o->experiment.empty() ? findDataFile("experiments/demo.toml") : o->experiment;
+            !o->experiment.empty()
+                ? o->experiment
+                : findDataFile(shipped ? "experiments/demo.toml" : catalogModel(o->model).experiment);
         const experiments::ExperimentConfig config = experiments::ExperimentConfig::load(experimentPath);
-        if (o->run.ledgerPath.empty()) o->run.ledgerPath = freshDemoLedgerPath();
+        if (!config.modelCatalog.empty()) ensureCatalogModel(catalogModel(config.modelCatalog));
+        if (o->run.ledgerPath.empty()) o->run.ledgerPath = freshDemoLedgerPath(o->model);
         std::fprintf(stderr, "kvscope demo: experiment %s\nkvscope demo: model %s\nkvscope demo: ledger %s\n",
                      experimentPath.c_str(), config.modelDir.c_str(), o->run.ledgerPath.c_str());
         installInterruptHandler();
         const auto s = experiments::runExperiment(config, o->run, showRunProgress, stopRequested());
         std::fprintf(stderr, "kvscope demo: %lld items run in %.1f s\n", static_cast<long long>(s.ran), s.seconds);
+        showTimeByStep("demo", s);
         if (s.interrupted) {
-            std::fprintf(
-                stderr,
-                "kvscope demo: interrupted; finished items are recorded. Resume with: kvscope demo --ledger %s\n",
-                o->run.ledgerPath.c_str());
+            std::fprintf(stderr,
+                         "kvscope demo: interrupted; finished items are recorded. Resume with: kvscope demo --model %s "
+                         "--ledger %s\n",
+                         o->model.c_str(), o->run.ledgerPath.c_str());
             throw ExitStatus(130);
         }
         const experiments::Ledger ledger(o->run.ledgerPath, experiments::LedgerAccess::ReadOnly);

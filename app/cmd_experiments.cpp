@@ -54,6 +54,7 @@ void addRun(CLI::App& app) {
     cmd->add_option("--threads", o->run.threads, "Intra-op threads (default: the experiment's, else all cores)");
     cmd->callback([o] {
         const ExperimentConfig config = ExperimentConfig::load(o->experiment);
+        if (!config.modelCatalog.empty()) ensureCatalogModel(catalogModel(config.modelCatalog));
         if (!o->items.empty()) {
             std::stringstream ss(o->items);
             for (std::string id; std::getline(ss, id, ',');) o->run.onlyItems.push_back(id);
@@ -64,6 +65,7 @@ void addRun(CLI::App& app) {
         std::fprintf(stderr, "kvscope run: run %s %s: %lld items run, %lld already done, %lld selected, %.1f s\n",
                      s.runId.c_str(), s.resumed ? "resumed" : "started", static_cast<long long>(s.ran),
                      static_cast<long long>(s.alreadyDone), static_cast<long long>(s.selected), s.seconds);
+        showTimeByStep("run", s);
         if (s.interrupted) {
             std::fprintf(
                 stderr,

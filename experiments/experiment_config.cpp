@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "experiments/experiment_config.h"
 
+#include "core/model/catalog.h"
 #include "core/model/random_checkpoint.h"
 #include "core/text/regex.h"
 #include "core/util/atomic_file.h"
@@ -152,6 +153,7 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
 
     Table model(root["model"].as_table(), "model.", path);
     model.read("dir", c.modelDir);
+    model.read("catalog", c.modelCatalog);
     model.readStrings("dtypes", c.dtypes);
     model.read("device", c.device);
     std::string kernels = "torch";
@@ -197,8 +199,17 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
                           {"kv_heads", kvHeads},
                           {"intermediate_size", intermediate}};
     }
-    if (c.modelDir.empty()) model.fail("dir", "is required");
-    c.modelDir = resolve(base, c.modelDir, path, "model.dir");
+    if (!c.modelCatalog.empty()) {
+        if (!c.modelDir.empty()) model.fail("catalog", "and model.dir both name the model: give one");
+        try {
+            c.modelDir = catalogModelPath(catalogModel(c.modelCatalog));
+        } catch (const UsageError& e) {
+            model.fail("catalog", e.what());
+        }
+    } else {
+        if (c.modelDir.empty()) model.fail("dir", "is required (or catalog, a model kvscope fetches)");
+        c.modelDir = resolve(base, c.modelDir, path, "model.dir");
+    }
     if (c.dtypes.empty()) model.fail("dtypes", "must name at least one dtype");
     for (const auto& d : c.dtypes) requireOneOf(path, "model.dtypes", d, {"fp32", "bf16", "fp16"});
 
@@ -361,36 +372,38 @@ void ExperimentConfig::generateModelIfMissing() const {
 }
 
 nlohmann::json ExperimentConfig::toJson() const {
-    return {{"name", name},
-            {"source", sourcePath},
-            {"model",
-             {{"dir", modelDir},
-              {"dtypes", dtypes},
-              {"device", device},
-              {"kernels", kernelsName(kernels)},
-              {"generate", generateModel ? generateSpec : nlohmann::json(nullptr)}}},
-            {"dataset", {{"path", datasetPath}, {"chat_template", choiceName(chatTemplate)}}},
-            {"generation",
-             {{"max_new_tokens", maxNewTokens},
-              {"stop", stopStrings},
-              {"ignore_eos", ignoreEos},
-              {"temperature", sampling.temperature},
-              {"top_k", sampling.topK},
-              {"top_p", sampling.topP},
-              {"seed", sampling.seed}}},
-            {"boundary",
-             {{"rule", choiceName(boundaryRule)},
-              {"marker", boundaryMarker},
-              {"offset", boundaryOffset},
-              {"fraction", boundaryFraction}}},
-            {"answer", {{"extract", choiceName(answerExtract)}, {"regex", answerRegex}}},
-            {"protocols", std::vector<std::string>(protocols.begin(), protocols.end())},
-            {"transplant",
-             {{"layers", transplantLayers},
-              {"kv", transplantKv},
-              {"selection", choiceName(transplantSelection)},
-              {"sample_fraction", transplantSampleFraction},
-              {"seed", transplantSeed}}}};
+    nlohmann::json j = {{"name", name},
+                        {"source", sourcePath},
+                        {"model",
+                         {{"dir", modelDir},
+                          {"dtypes", dtypes},
+                          {"device", device},
+                          {"kernels", kernelsName(kernels)},
+                          {"generate", generateModel ? generateSpec : nlohmann::json(nullptr)}}},
+                        {"dataset", {{"path", datasetPath}, {"chat_template", choiceName(chatTemplate)}}},
+                        {"generation",
+                         {{"max_new_tokens", maxNewTokens},
+                          {"stop", stopStrings},
+                          {"ignore_eos", ignoreEos},
+                          {"temperature", sampling.temperature},
+                          {"top_k", sampling.topK},
+                          {"top_p", sampling.topP},
+                          {"seed", sampling.seed}}},
+                        {"boundary",
+                         {{"rule", choiceName(boundaryRule)},
+                          {"marker", boundaryMarker},
+                          {"offset", boundaryOffset},
+                          {"fraction", boundaryFraction}}},
+                        {"answer", {{"extract", choiceName(answerExtract)}, {"regex", answerRegex}}},
+                        {"protocols", std::vector<std::string>(protocols.begin(), protocols.end())},
+                        {"transplant",
+                         {{"layers", transplantLayers},
+                          {"kv", transplantKv},
+                          {"selection", choiceName(transplantSelection)},
+                          {"sample_fraction", transplantSampleFraction},
+                          {"seed", transplantSeed}}}};
+    if (!modelCatalog.empty()) j["model"]["catalog"] = modelCatalog;  // only then: older runs keep their ids
+    return j;
 }
 
 }  // namespace kvscope::experiments

@@ -4,7 +4,7 @@
 // anywhere are errors (a typo must not silently change a study).
 //
 //   name = "smoke"
-//   [model]      dir, dtypes = ["bf16"] (first = main precision), device = "cpu", threads = 0,
+//   [model]      dir (a model folder or .gguf file) | catalog (a fetched model: "smollm2"), dtypes = ["bf16"] (first = main precision), device = "cpu", threads = 0,
 //                kernels = "torch" | "invariant" (batch-invariant kernels: the remedy, CPU only)
 //   [model.generate]  arch, seed, hidden_size, layers, heads, kv_heads, intermediate_size: when
 //                present and `dir` has no config.json, a deterministic test model is written there
@@ -39,7 +39,8 @@ std::string choiceName(ChatTemplate chatTemplate);  // "auto" | "plain" | "chatm
 struct ExperimentConfig {
     std::string name;
     std::string sourcePath;  // the .toml file
-    std::string modelDir;
+    std::string modelDir;  // a model folder or .gguf file
+    std::string modelCatalog;  // [model] catalog = NAME: modelDir is where `kvscope fetch NAME` puts it
     std::vector<std::string> dtypes = {"bf16"};
     std::string device = "cpu";
     Kernels kernels = Kernels::Torch;

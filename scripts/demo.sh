@@ -7,8 +7,16 @@
 #      items split depends on the CPU): decode live up to the item's stage boundary keeping the
 #      cache, rebuild the same integer ids as a one-shot prefill and token by token after the prompt,
 #      compare the caches, find the op where they first differ, and continue greedily from each.
+#   scripts/demo.sh smollm2: instead, the study on a real trained model - `kvscope demo --model
+#      smollm2` (experiments/smollm2.toml; SmolLM2-135M-Instruct fetched into the user's cache) on
+#      the torch-pip build, PyTorch 2.13's libtorch, which this builds first: the libtorch PyTorch 2.x
+#      users have, and the one on which SmolLM2's live and prefill caches part (docs/SMOLLM2.md).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+if [ "${1:-}" = smollm2 ]; then
+  bash "$root/scripts/setup.sh" torch-pip
+  exec "$root/build/torch-pip/app/kvscope" demo --model smollm2
+fi
 kvscope="$root/build/dev/app/kvscope"
 model="$root/resources/demo-model"
 work="${XDG_CACHE_HOME:-$HOME/.cache}/kvscope/walkthrough"

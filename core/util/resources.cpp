@@ -36,4 +36,10 @@ std::string userDataDir() {
     return (fs::path(home && *home ? home : ".") / ".local" / "share" / "kvscope").string();
 }
 
+std::string userCacheDir() {
+    if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return (fs::path(xdg) / "kvscope").string();
+    const char* home = std::getenv("HOME");
+    return (fs::path(home && *home ? home : ".") / ".cache" / "kvscope").string();
+}
+
 }  // namespace kvscope

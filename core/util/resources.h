@@ -16,5 +16,8 @@ std::vector<std::string> dataDirCandidates();
 std::string findDataFile(const std::string& relative);
 // Per-user data folder: $XDG_DATA_HOME/kvscope, else ~/.local/share/kvscope (not created here).
 std::string userDataDir();
+// Per-user cache folder (fetched models, generated bench models): $XDG_CACHE_HOME/kvscope, else
+// ~/.cache/kvscope (not created here).
+std::string userCacheDir();
 
 }  // namespace kvscope

@@ -74,9 +74,7 @@ TEST(ShippedDemoModel, HasNearTiesBetweenEquallyRightWaysToWriteAStep) {
 
 TEST(DemoCli, RunsTheShippedExperimentIntoAFreshLedger) {
     test::TempDir dir;
-    ::setenv("XDG_DATA_HOME", dir.file("data").c_str(), 1);
-    const auto r = test::runCli("demo --limit 2");
-    ::unsetenv("XDG_DATA_HOME");
+    const auto r = test::runCli("demo --limit 2", "XDG_DATA_HOME=" + test::shellQuote(dir.file("data")));
     ASSERT_EQ(r.exitCode, 0) << r.err;
     EXPECT_NE(r.err.find("experiments/demo.toml"), std::string::npos) << r.err;
     const std::string prefix = dir.file("data") + "/kvscope/demo-";
@@ -97,6 +95,42 @@ TEST(DemoCli, RunsTheShippedExperimentIntoAFreshLedger) {
     const auto bad = test::runCli("demo --experiment " + test::shellQuote(dir.file("nope.toml")));
     EXPECT_EQ(bad.exitCode, 2);
     EXPECT_NE(bad.err.find("nope.toml"), std::string::npos) << bad.err;
+}
+
+// `kvscope fetch NAME` and `kvscope demo --model NAME` find a catalog model in the user's cache (no
+// download when it is there) and refuse names the catalog does not have. The study itself runs on
+// one item with 16 new tokens (its full form is RunCli's SmolLM2 slice and docs/SMOLLM2.md).
+TEST(DemoCli, ARealModelsStudyTakesItsModelFromTheUsersCache) {
+    const std::string gguf = test::testDataDir() + "/smollm2-135m-instruct.Q4_1.gguf";
+    test::TempDir dir;
+    const std::string cached = dir.file("cache/kvscope/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    const std::string env = "XDG_CACHE_HOME=" + test::shellQuote(dir.file("cache")) +
+                            " XDG_DATA_HOME=" + test::shellQuote(dir.file("data"));
+    const auto unknown = test::runCli("fetch gpt5", env);
+    EXPECT_EQ(unknown.exitCode, 2);
+    EXPECT_NE(unknown.err.find("no model 'gpt5' in kvscope's catalog (known: smollm2)"), std::string::npos)
+        << unknown.err;
+    EXPECT_NE(test::runCli("demo --model gpt5", env).exitCode, 0);
+    if (!std::filesystem::exists(gguf))
+        GTEST_SKIP() << "SmolLM2 not fetched (scripts/fetch-test-data.sh --smollm2 PYTHON)";
+    std::filesystem::create_directories(std::filesystem::path(cached).parent_path());
+    std::filesystem::create_symlink(std::filesystem::absolute(gguf), cached);
+    const auto fetched = test::runCli("fetch smollm2", env);
+    ASSERT_EQ(fetched.exitCode, 0) << fetched.err;
+    EXPECT_EQ(fetched.out, cached + "\n");
+    EXPECT_EQ(fetched.err.find("fetching"), std::string::npos) << "already there: nothing to download";
+
+    std::string text = test::readTextFile(test::testDataDir() + "/../../experiments/smollm2.toml");
+    const std::string tokens = "max_new_tokens = 320", data = "path = \"data/";
+    text.replace(text.find(tokens), tokens.size(), "max_new_tokens = 16");
+    text.replace(text.find(data), data.size(), "path = \"" + test::testDataDir() + "/../../experiments/data/");
+    test::writeTextFile(dir.file("smollm2.toml"), text);
+    const auto demo =
+        test::runCli("demo --model smollm2 --limit 1 --experiment " + test::shellQuote(dir.file("smollm2.toml")), env);
+    ASSERT_EQ(demo.exitCode, 0) << demo.err;
+    EXPECT_NE(demo.err.find("model " + cached), std::string::npos) << demo.err;
+    EXPECT_NE(demo.err.find("ledger " + dir.file("data") + "/kvscope/demo-smollm2-"), std::string::npos) << demo.err;
+    EXPECT_NE(demo.out.find("# kvscope report: smollm2"), std::string::npos) << demo.out;
 }
 
 }  // namespace

@@ -63,9 +63,25 @@ TEST(RunCli, EveryProtocolEndToEndAndTheReportKeys) {
     test::TempDir dir;
     const std::string db = dir.file("r.db");
     auto r = runCli("run " + writeExperiment(dir, kAll) + " --ledger " + shellQuote(db) +
-                    " --items arith-00,arith-03,arith-05,arith-07");
+                    " --items arith-00,arith-03,arith-05,arith-07 --keep-caches " + shellQuote(dir.file("caches")));
     ASSERT_EQ(r.exitCode, 0) << r.err;
     EXPECT_NE(r.err.find("4 items run"), std::string::npos) << r.err;
+    for (const char* step : {"time by step: ", "trace ", "replay ", "fixed_prefix_2x2 ", "bridge "})
+        EXPECT_NE(r.err.find(step), std::string::npos) << step << "\n" << r.err;
+
+    // The run's live cache (cut from its trace) carries the provenance every cache command checks:
+    // spliced with the prefill cache and continued, as transplant and localize do where items split.
+    const std::string live = shellQuote(dir.file("caches/arith-00.live.safetensors"));
+    const std::string prefill = shellQuote(dir.file("caches/arith-00.prefill.safetensors"));
+    const std::string spliced = shellQuote(dir.file("spliced.safetensors"));
+    auto splice =
+        runCli("cache transplant --recipient " + prefill + " --donor " + live + " --layers all --out " + spliced);
+    ASSERT_EQ(splice.exitCode, 0) << splice.err;
+    for (const std::string& cache : {live, spliced}) {
+        auto continued = runCli("continue --model " + shellQuote(dir.file("model")) + " --cache " + cache +
+                                " --max-new-tokens 4 --threads 1");
+        EXPECT_EQ(continued.exitCode, 0) << cache << ": " << continued.err;
+    }
     const auto j = reportJson(db);
     EXPECT_EQ(j["matched"]["n"], 4);
     for (const char* key : {"suffix_differ", "label_differ", "accuracy_live", "accuracy_prefill", "accuracy_diff",
@@ -95,6 +111,44 @@ TEST(RunCli, EveryProtocolEndToEndAndTheReportKeys) {
     if (j["matched"]["suffix_differ"] == 0)
         GTEST_SKIP() << test::noSplitHere("no suffix of the 4 items differs in bf16 (transplant, localize)");
     EXPECT_FALSE(j["localize"]["layers_needed"].empty());
+}
+
+// The SmolLM2 study (experiments/smollm2.toml, every protocol) on 4 of its items, with 32 new tokens
+// instead of 320 so the slice takes about a minute; the model from tests/data (the test command
+// fetches it) rather than the user's cache.
+TEST(RunCli, TheSmolLM2StudyRunsEveryProtocolOnASliceOfItsItems) {
+    const std::string gguf = test::testDataDir() + "/smollm2-135m-instruct.Q4_1.gguf";
+    if (!std::filesystem::exists(gguf))
+        GTEST_SKIP() << "SmolLM2 not fetched (scripts/fetch-test-data.sh --smollm2 PYTHON)";
+    test::TempDir dir;
+    const std::string experiments = test::testDataDir() + "/../../experiments";
+    std::string text = test::readTextFile(experiments + "/smollm2.toml");
+    auto replace = [&text](const std::string& from, const std::string& to) {
+        const auto at = text.find(from);
+        ASSERT_NE(at, std::string::npos) << from;
+        text.replace(at, from.size(), to);
+    };
+    replace("catalog = \"smollm2\"", "dir = \"" + gguf + "\"");
+    replace("path = \"data/", "path = \"" + experiments + "/data/");
+    replace("max_new_tokens = 320", "max_new_tokens = 32");
+    test::writeTextFile(dir.file("smollm2.toml"), text);
+    const std::string db = dir.file("s.db");
+    auto r = runCli("run " + shellQuote(dir.file("smollm2.toml")) + " --ledger " + shellQuote(db) +
+                    " --items wp-000,wp-001,wp-002,wp-003");
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    EXPECT_NE(r.err.find("4 items run"), std::string::npos) << r.err;
+    const auto j = reportJson(db);
+    EXPECT_EQ(j["matched"]["n"], 4);
+    EXPECT_EQ(j["matched"]["replicas_exact"]["live"], 4);
+    EXPECT_EQ(j["matched"]["replicas_exact"]["prefill"], 4);
+    EXPECT_EQ(j["bridge"]["exact"], 4);
+    EXPECT_EQ(j["audit"]["reproduced"], 4);
+    for (const char* dtype : {"bf16", "fp32"}) EXPECT_EQ(j["fixed_prefix_2x2"][dtype]["n"], 4) << dtype;
+    EXPECT_EQ(j["transplant"]["n"].get<int>(), 2 * j["matched"]["suffix_differ"].get<int>());
+    EXPECT_EQ(j["localize"]["n"], j["matched"]["suffix_differ"]);
+    auto audit = runCli("audit " + shellQuote(db));
+    EXPECT_EQ(audit.exitCode, 0) << audit.out << audit.err;
+    EXPECT_NE(audit.out.find("4/4 items reproduced"), std::string::npos) << audit.out;
 }
 
 // The same experiment with `kernels = "invariant"` (or `kernels`) in [model].

@@ -111,6 +111,27 @@ TEST(ExperimentConfig, UnknownKeysAndBadValuesAreErrors) {
     expectError<ConfigError>([&] { ExperimentConfig::load(dir.file("broken.toml")); }, "broken.toml");
 }
 
+// `[model] catalog = NAME`: the model is where `kvscope fetch NAME` puts it, in the user's cache;
+// the manifest says so (and only then: older runs keep their ids).
+TEST(ExperimentConfig, ACatalogModelIsTheFetchedFileInTheUsersCache) {
+    test::TempDir dir;
+    test::EnvironmentGuard cache("XDG_CACHE_HOME", dir.file("cache"));
+    const std::string path = dir.file("cat.toml");
+    test::writeTextFile(dir.file("data.jsonl"), "{\"id\": \"a\", \"prompt\": \"1+1\", \"answer\": \"2\"}\n");
+    test::writeTextFile(path, "[model]\ncatalog = \"smollm2\"\n[dataset]\npath = \"data.jsonl\"\n");
+    const ExperimentConfig c = ExperimentConfig::load(path);
+    EXPECT_EQ(c.modelCatalog, "smollm2");
+    EXPECT_EQ(c.modelDir, dir.file("cache") + "/kvscope/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    EXPECT_EQ(c.toJson()["model"]["catalog"], "smollm2");
+    EXPECT_FALSE(ExperimentConfig::load(writeToml(dir, "")).toJson()["model"].contains("catalog"));
+
+    test::writeTextFile(path, "[model]\ncatalog = \"gpt5\"\n[dataset]\npath = \"data.jsonl\"\n");
+    expectError<ConfigError>([&] { ExperimentConfig::load(path); }, "model.catalog");
+    expectError<ConfigError>([&] { ExperimentConfig::load(path); }, "known: smollm2");
+    test::writeTextFile(path, "[model]\ncatalog = \"smollm2\"\ndir = \"m\"\n[dataset]\npath = \"data.jsonl\"\n");
+    expectError<ConfigError>([&] { ExperimentConfig::load(path); }, "give one");
+}
+
 TEST(Dataset, ReadsPromptsMessagesAndPrefixIds) {
     test::TempDir dir;
     test::writeTextFile(

@@ -126,6 +126,18 @@ std::string readTextFile(const std::string& path) {
     return ss.str();
 }
 
+EnvironmentGuard::EnvironmentGuard(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) saved_ = old;
+    ::setenv(name, value.c_str(), 1);
+}
+
+EnvironmentGuard::~EnvironmentGuard() {
+    if (saved_)
+        ::setenv(name_.c_str(), saved_->c_str(), 1);
+    else
+        ::unsetenv(name_.c_str());
+}
+
 ThreadCountGuard::ThreadCountGuard() : saved_(at::get_num_threads()) {}
 ThreadCountGuard::~ThreadCountGuard() { at::set_num_threads(saved_); }
 

@@ -4,6 +4,7 @@
 // and reused), test data paths, and running the real CLI.
 #include "core/model/random_checkpoint.h"
 
+#include <optional>
 #include <string>
 
 namespace kvscope::test {
@@ -61,6 +62,19 @@ public:
 
 private:
     int saved_;
+};
+
+// Sets an environment variable for the scope, then puts back what was there (or its absence).
+class EnvironmentGuard {
+public:
+    EnvironmentGuard(const char* name, const std::string& value);
+    ~EnvironmentGuard();
+    EnvironmentGuard(const EnvironmentGuard&) = delete;
+    EnvironmentGuard& operator=(const EnvironmentGuard&) = delete;
+
+private:
+    std::string name_;
+    std::optional<std::string> saved_;
 };
 
 void writeTextFile(const std::string& path, const std::string& text);
