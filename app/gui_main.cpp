@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// kvscope-gui [LEDGER.db | MODEL_DIR] [--item ID] [--screenshot FILE.png [--transplant]] [--version]
+// kvscope-gui [LEDGER.db | MODEL_DIR | MODEL.gguf] [--item ID] [--screenshot FILE.png [--transplant]] [--version]
 // With --screenshot the window opens the ledger, selects the item, waits until every view shows it,
 // saves a picture of the window and exits (0 on success); it works offscreen.
 #include "widgets/item_table_model.h"
@@ -84,8 +84,9 @@ int main(int argc, char** argv) {
     const QCommandLineOption transplantOption(
         QStringLiteral("transplant"), QStringLiteral("With --screenshot: run the transplant panel's splice first"));
     parser.addOptions({versionOption, itemOption, shotOption, transplantOption});
-    parser.addPositionalArgument(QStringLiteral("path"), QStringLiteral("A ledger (.db) or a model folder"),
-                                 QStringLiteral("[LEDGER.db | MODEL_DIR]"));
+    parser.addPositionalArgument(QStringLiteral("path"),
+                                 QStringLiteral("A ledger (.db), a model folder or a GGUF file"),
+                                 QStringLiteral("[LEDGER.db | MODEL_DIR | MODEL.gguf]"));
     parser.process(app);
 
     if (parser.isSet(versionOption)) {

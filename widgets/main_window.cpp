@@ -7,6 +7,7 @@
 #include "widgets/session_page.h"
 #include "widgets/transplant_panel.h"
 
+#include "core/model/gguf.h"
 #include "core/util/version.h"
 
 #include <QApplication>
@@ -272,6 +273,10 @@ bool MainWindow::busy() const { return !cancelButton_->isHidden(); }
 QString MainWindow::taskText() const { return taskLabel_->text(); }
 
 bool MainWindow::openPath(const QString& path, QString* error) {
+    if (isGgufFile(path.toStdString())) {  // a model as llama.cpp keeps it (the command line, recent files)
+        openModel(path);
+        return true;
+    }
     if (QFileInfo(path).isDir()) {
         if (!QFileInfo::exists(path + QStringLiteral("/config.json"))) {
             lastError_ = tr("%1 is a folder without config.json: not a Hugging Face model folder").arg(path);

@@ -28,7 +28,7 @@ public:
     explicit MainWindow(QWidget* parent = nullptr);
     ~MainWindow() override;
 
-    // A ledger (.db) or a model folder (config.json inside). Errors are shown, and returned.
+    // A ledger (.db), a model folder (config.json inside) or a GGUF file. Errors are shown, and returned.
     bool openPath(const QString& path, QString* error = nullptr);
     bool openLedger(const QString& path, QString* error = nullptr);
     void openModel(const QString& dir);

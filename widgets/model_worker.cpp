@@ -17,6 +17,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 
 namespace kvscope::widgets {
 
@@ -38,6 +39,7 @@ struct ModelWorker::State {
     std::optional<ExperimentConfig> config;
     std::unique_ptr<experiments::ModelPool> models;
     std::optional<Tokenizer> tokenizer;
+    std::set<int64_t> specialIds;  // the tokenizer's special tokens, marked in the decode panes
     std::string contextKey;  // run id or "session:" + dir + dtype
     // The last analysed boundary, for transplants.
     std::optional<experiments::BoundaryState> boundary;
@@ -56,13 +58,20 @@ struct ModelWorker::State {
         models = std::make_unique<experiments::ModelPool>(c.modelDir, c.device, c.numerics());
         models->get(c.dtypes.front());  // config.json and weights first: their errors say the most
         tokenizer = Tokenizer::fromModelDir(c.modelDir);
+        specialIds.clear();
+        for (const AddedToken& t : tokenizer->addedTokens())
+            if (t.special) specialIds.insert(t.id);
         config = std::move(c);
         contextKey = key;
     }
 
     QString tokenText(int64_t id) const { return QString::fromStdString(tokenizer->decode({id})); }
 
-    TokenView view(int64_t id) const { return TokenView{id, tokenText(id), false, 0, 0, {}}; }
+    TokenView view(int64_t id) const {
+        TokenView t{id, tokenText(id), false, false, 0, 0, {}};
+        t.special = specialIds.count(id) != 0;
+        return t;
+    }
 
     TokenView view(const StepRecord& s) const {
         TokenView t = view(s.id);

@@ -30,6 +30,7 @@ struct TokenView {
     int64_t id = 0;
     QString text;
     bool hasStep = false;         // prompt and prefix tokens have no step data
+    bool special = false;         // a special token of the tokenizer (<|im_start|>, <|eot_id|>, ...)
     double logprob = 0, margin = 0;
     QVector<QPair<QString, double>> top;  // best alternatives: (text [id], logit)
 };

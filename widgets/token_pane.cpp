@@ -35,17 +35,25 @@ void TokenPane::setCells(const QString& title, std::vector<TokenCell> cells) {
     for (std::size_t i = 0; i < cells_.size(); ++i) {
         const TokenCell& c = cells_[i];
         if (c.boundaryBefore) html += QStringLiteral("<span style=\"color:#d04000;font-weight:bold\">\u2502</span>");
-        QString style = QStringLiteral("text-decoration:none;");
-        style += c.dimmed ? QStringLiteral("color:#8a8a8a;") : QStringLiteral("color:palette(text);");
-        if (c.highlighted)
-            style += QStringLiteral("background-color:#ffb0a0;color:#000000;font-weight:bold;");
-        else if (!c.dimmed && i % 2)
-            style += QStringLiteral("background-color:rgba(128,128,128,40);");
-        html += QStringLiteral("<a href=\"#t%1\" style=\"%2\">%3</a>").arg(i).arg(style, tokenHtml(c.token.text));
+        html +=
+            QStringLiteral("<a href=\"#t%1\" style=\"%2\">%3</a>").arg(i).arg(cellStyle(c, i), tokenHtml(c.token.text));
     }
     html += QStringLiteral("</p>");
     setHtml(html);
     verticalScrollBar()->setValue(scroll);
+}
+
+QString cellStyle(const TokenCell& c, std::size_t index) {
+    QString style = QStringLiteral("text-decoration:none;");
+    style += c.dimmed ? QStringLiteral("color:#8a8a8a;") : QStringLiteral("color:palette(text);");
+    if (c.highlighted) return style + QStringLiteral("background-color:#ffb0a0;color:#000000;font-weight:bold;");
+    // Special tokens in blue on a blue tint, so a template's markers never read as text.
+    if (c.token.special) return style + QStringLiteral("color:#1a5fb4;background-color:rgba(26,95,180,45);");
+    // Every other token shaded, the prefix more lightly: each token's extent stays visible.
+    if (index % 2)
+        style += c.dimmed ? QStringLiteral("background-color:rgba(128,128,128,22);")
+                          : QStringLiteral("background-color:rgba(128,128,128,40);");
+    return style;
 }
 
 int TokenPane::highlightedCell() const {

@@ -43,5 +43,8 @@ private:
 
 // Escapes a token for HTML and makes whitespace visible enough to read (newlines break the line).
 QString tokenHtml(const QString& text);
+// The CSS of cell `index`: the divergent token red, special tokens blue, every other token shaded
+// (lightly in the dimmed prefix) so token boundaries show.
+QString cellStyle(const TokenCell& cell, std::size_t index);
 
 }  // namespace kvscope::widgets

@@ -43,6 +43,7 @@
 #include <QUrl>
 #include <qcustomplot.h>
 
+#include <atomic>
 #include <filesystem>
 #include <iostream>
 
@@ -374,6 +375,71 @@ TEST_F(MainWindowTest, EventLoopTurnsWhileTheWorkerDecodesAndCancelStopsIt) {
     EXPECT_TRUE(window.lastError().isEmpty()) << window.lastError().toStdString();
     EXPECT_EQ(window.taskText(), QStringLiteral("decode cancelled"));
     EXPECT_FALSE(window.busy());
+}
+
+// SmolLM2 as the GUI gets it: the GGUF file opened by its path (as the command line and recent files
+// give it), then a ledger of its study (experiments/smollm2.toml on one item, 24 new tokens): the
+// decode panes show the chat template's markers as special tokens, the heatmap all 30 layers over
+// the whole prefix.
+TEST_F(MainWindowTest, ARealModelFromItsGgufFileAndFromItsStudysLedger) {
+    const std::string gguf = test::testDataDir() + "/smollm2-135m-instruct.Q4_1.gguf";
+    if (!std::filesystem::exists(gguf))
+        GTEST_SKIP() << "SmolLM2 not fetched (scripts/fetch-test-data.sh --smollm2 PYTHON)";
+    test::TempDir dir;
+    const std::string experiments = test::testDataDir() + "/../../experiments";
+    std::string text = test::readTextFile(experiments + "/smollm2.toml");
+    for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+             {"catalog = \"smollm2\"", "dir = \"" + gguf + "\""},
+             {"path = \"data/", "path = \"" + experiments + "/data/"},
+             {"max_new_tokens = 320", "max_new_tokens = 24"},
+             {"run = [\"matched\", \"fixed_prefix_2x2\", \"bridge\", \"audit\", \"transplant\", \"localize\"]",
+              "run = [\"matched\"]"}}) {
+        const auto at = text.find(from);
+        ASSERT_NE(at, std::string::npos) << from;
+        text.replace(at, from.size(), to);
+    }
+    test::writeTextFile(dir.file("smollm2.toml"), text);
+    experiments::RunOptions options;
+    options.ledgerPath = dir.file("s.db");
+    options.onlyItems = {"wp-000"};
+    const std::atomic<bool> stop{false};
+    experiments::runExperiment(
+        experiments::ExperimentConfig::load(dir.file("smollm2.toml")), options, [](const experiments::RunProgress&) {},
+        stop);
+
+    MainWindow window;
+    window.resize(1600, 1000);
+    window.show();
+    QSignalSpy opened(window.worker(), &ModelWorker::modelOpened);
+    ASSERT_TRUE(window.openPath(QString::fromStdString(gguf)));
+    ASSERT_TRUE(waitFor([&] { return opened.count() > 0 || !window.lastError().isEmpty(); }, 60000));
+    ASSERT_TRUE(window.lastError().isEmpty()) << window.lastError().toStdString();
+
+    ASSERT_TRUE(window.openLedger(QString::fromStdString(options.ledgerPath)));
+    QSignalSpy shown(&window, &MainWindow::analysisShown);
+    ASSERT_TRUE(window.selectItem(QStringLiteral("wp-000")));
+    ASSERT_TRUE(waitFor([&] { return shown.count() > 0 || !window.lastError().isEmpty(); }, 120000));
+    ASSERT_TRUE(window.lastError().isEmpty()) << window.lastError().toStdString();
+    const auto& cells = window.decodeView()->livePane()->cells();
+    int special = 0;
+    for (std::size_t i = 0; i < cells.size(); ++i) {
+        const TokenCell& c = cells[i];
+        EXPECT_EQ(c.token.special, c.token.text.startsWith(QStringLiteral("<|im_"))) << c.token.text.toStdString();
+        if (c.token.special && !c.highlighted) {
+            EXPECT_NE(cellStyle(c, i).indexOf(QStringLiteral("#1a5fb4")), -1);
+        }
+        special += c.token.special;
+    }
+    EXPECT_GE(special, 5) << "<|im_start|> and <|im_end|> around the system and user turns, <|im_start|> before "
+                             "the answer";
+    for (std::size_t i = 1; i < 4; i += 2)  // the prefix's tokens are told apart too
+        if (!cells[i].token.special) {
+            EXPECT_NE(cellStyle(cells[i], i).indexOf(QStringLiteral("rgba(128,128,128")), -1);
+        }
+    const HeatmapGrid& grid = window.heatmapView()->map()->grid();
+    EXPECT_EQ(grid.rows, 30);
+    EXPECT_EQ(grid.positions, window.heatmapView()->diff().positions);
+    EXPECT_GT(grid.positions, 100) << "the prompt through its chat template is over 100 tokens";
 }
 
 // Every request gets the next id; only a request that replaces what the views show supersedes the
