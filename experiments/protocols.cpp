@@ -434,10 +434,11 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
     const auto P = static_cast<int64_t>(p.prompt.size());
     p.ids = concat(p.prompt, {p.trace.begin(), p.trace.begin() + p.boundary});
     p.budget = std::max<int64_t>(1, c.maxNewTokens - p.boundary);
-    auto [live, liveSuffix] = liveSideOfTrace(ctx, trace, traceCache, P, p.boundary, p.budget);
+    auto liveParts = liveSideOfTrace(ctx, trace, traceCache, P, p.boundary, p.budget);
+    const KvCache live = std::move(liveParts.first);  // named, not a structured binding: lambdas below use it
     traceCache = KvCache();
     const std::vector<int64_t> generated(p.trace.begin(), p.trace.begin() + p.boundary);
-    const Side liveSide = finishSide(ctx, item, generated, std::move(liveSuffix));
+    const Side liveSide = finishSide(ctx, item, generated, std::move(liveParts.second));
     const KvCache prefill =
         timed(rec, "prefill side", [&] { return buildCache(m, p.ids, Construction::parse("prefill"), P); });
     const Side prefillSide = finishSide(
