@@ -9,6 +9,7 @@
 #include "core/train/arith_task.h"
 #include "core/train/demo_trainer.h"
 
+#include "support/smollm2_study.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -101,7 +102,7 @@ TEST(DemoCli, RunsTheShippedExperimentIntoAFreshLedger) {
 // download when it is there) and refuse names the catalog does not have. The study itself runs on
 // one item with 16 new tokens (its full form is RunCli's SmolLM2 slice and docs/SMOLLM2.md).
 TEST(DemoCli, ARealModelsStudyTakesItsModelFromTheUsersCache) {
-    const std::string gguf = test::testDataDir() + "/smollm2-135m-instruct.Q4_1.gguf";
+    const std::string gguf = test::smollm2Gguf();
     test::TempDir dir;
     const std::string cached = dir.file("cache/kvscope/models/SmolLM2-135M-Instruct.Q4_1.gguf");
     const std::string env = "XDG_CACHE_HOME=" + test::shellQuote(dir.file("cache")) +
@@ -111,8 +112,7 @@ TEST(DemoCli, ARealModelsStudyTakesItsModelFromTheUsersCache) {
     EXPECT_NE(unknown.err.find("no model 'gpt5' in kvscope's catalog (known: smollm2)"), std::string::npos)
         << unknown.err;
     EXPECT_NE(test::runCli("demo --model gpt5", env).exitCode, 0);
-    if (!std::filesystem::exists(gguf))
-        GTEST_SKIP() << "SmolLM2 not fetched (scripts/fetch-test-data.sh --smollm2 PYTHON)";
+    if (gguf.empty()) GTEST_SKIP() << "SmolLM2 not fetched (scripts/fetch-test-data.sh --smollm2 PYTHON)";
     std::filesystem::create_directories(std::filesystem::path(cached).parent_path());
     std::filesystem::create_symlink(std::filesystem::absolute(gguf), cached);
     const auto fetched = test::runCli("fetch smollm2", env);
@@ -120,11 +120,7 @@ TEST(DemoCli, ARealModelsStudyTakesItsModelFromTheUsersCache) {
     EXPECT_EQ(fetched.out, cached + "\n");
     EXPECT_EQ(fetched.err.find("fetching"), std::string::npos) << "already there: nothing to download";
 
-    std::string text = test::readTextFile(test::testDataDir() + "/../../experiments/smollm2.toml");
-    const std::string tokens = "max_new_tokens = 320", data = "path = \"data/";
-    text.replace(text.find(tokens), tokens.size(), "max_new_tokens = 16");
-    text.replace(text.find(data), data.size(), "path = \"" + test::testDataDir() + "/../../experiments/data/");
-    test::writeTextFile(dir.file("smollm2.toml"), text);
+    test::writeSmolLM2Experiment(dir.file("smollm2.toml"), {{"max_new_tokens = 320", "max_new_tokens = 16"}});
     const auto demo =
         test::runCli("demo --model smollm2 --limit 1 --experiment " + test::shellQuote(dir.file("smollm2.toml")), env);
     ASSERT_EQ(demo.exitCode, 0) << demo.err;

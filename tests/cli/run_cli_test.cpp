@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // `kvscope run / report / audit / ledger merge` end to end, including kill -9 and resume.
 #include "experiments/ledger.h"
+#include "support/smollm2_study.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -117,21 +118,11 @@ TEST(RunCli, EveryProtocolEndToEndAndTheReportKeys) {
 // instead of 320 so the slice takes about a minute; the model from tests/data (the test command
 // fetches it) rather than the user's cache.
 TEST(RunCli, TheSmolLM2StudyRunsEveryProtocolOnASliceOfItsItems) {
-    const std::string gguf = test::testDataDir() + "/smollm2-135m-instruct.Q4_1.gguf";
-    if (!std::filesystem::exists(gguf))
-        GTEST_SKIP() << "SmolLM2 not fetched (scripts/fetch-test-data.sh --smollm2 PYTHON)";
+    const std::string gguf = test::smollm2Gguf();
+    if (gguf.empty()) GTEST_SKIP() << "SmolLM2 not fetched (scripts/fetch-test-data.sh --smollm2 PYTHON)";
     test::TempDir dir;
-    const std::string experiments = test::testDataDir() + "/../../experiments";
-    std::string text = test::readTextFile(experiments + "/smollm2.toml");
-    auto replace = [&text](const std::string& from, const std::string& to) {
-        const auto at = text.find(from);
-        ASSERT_NE(at, std::string::npos) << from;
-        text.replace(at, from.size(), to);
-    };
-    replace("catalog = \"smollm2\"", "dir = \"" + gguf + "\"");
-    replace("path = \"data/", "path = \"" + experiments + "/data/");
-    replace("max_new_tokens = 320", "max_new_tokens = 32");
-    test::writeTextFile(dir.file("smollm2.toml"), text);
+    test::writeSmolLM2Experiment(dir.file("smollm2.toml"), {{"catalog = \"smollm2\"", "dir = \"" + gguf + "\""},
+                                                            {"max_new_tokens = 320", "max_new_tokens = 32"}});
     const std::string db = dir.file("s.db");
     auto r = runCli("run " + shellQuote(dir.file("smollm2.toml")) + " --ledger " + shellQuote(db) +
                     " --items wp-000,wp-001,wp-002,wp-003");

@@ -11,6 +11,7 @@
 #include "core/cache/constructions.h"
 #include "core/model/transformer.h"
 
+#include "support/smollm2_study.h"
 #include "support/test_support.h"
 #include "widgets_fixture.h"
 
@@ -382,23 +383,15 @@ TEST_F(MainWindowTest, EventLoopTurnsWhileTheWorkerDecodesAndCancelStopsIt) {
 // decode panes show the chat template's markers as special tokens, the heatmap all 30 layers over
 // the whole prefix.
 TEST_F(MainWindowTest, ARealModelFromItsGgufFileAndFromItsStudysLedger) {
-    const std::string gguf = test::testDataDir() + "/smollm2-135m-instruct.Q4_1.gguf";
-    if (!std::filesystem::exists(gguf))
-        GTEST_SKIP() << "SmolLM2 not fetched (scripts/fetch-test-data.sh --smollm2 PYTHON)";
+    const std::string gguf = test::smollm2Gguf();
+    if (gguf.empty()) GTEST_SKIP() << "SmolLM2 not fetched (scripts/fetch-test-data.sh --smollm2 PYTHON)";
     test::TempDir dir;
-    const std::string experiments = test::testDataDir() + "/../../experiments";
-    std::string text = test::readTextFile(experiments + "/smollm2.toml");
-    for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
-             {"catalog = \"smollm2\"", "dir = \"" + gguf + "\""},
-             {"path = \"data/", "path = \"" + experiments + "/data/"},
-             {"max_new_tokens = 320", "max_new_tokens = 24"},
-             {"run = [\"matched\", \"fixed_prefix_2x2\", \"bridge\", \"audit\", \"transplant\", \"localize\"]",
-              "run = [\"matched\"]"}}) {
-        const auto at = text.find(from);
-        ASSERT_NE(at, std::string::npos) << from;
-        text.replace(at, from.size(), to);
-    }
-    test::writeTextFile(dir.file("smollm2.toml"), text);
+    test::writeSmolLM2Experiment(
+        dir.file("smollm2.toml"),
+        {{"catalog = \"smollm2\"", "dir = \"" + gguf + "\""},
+         {"max_new_tokens = 320", "max_new_tokens = 24"},
+         {"run = [\"matched\", \"fixed_prefix_2x2\", \"bridge\", \"audit\", \"transplant\", \"localize\"]",
+          "run = [\"matched\"]"}});
     experiments::RunOptions options;
     options.ledgerPath = dir.file("s.db");
     options.onlyItems = {"wp-000"};
