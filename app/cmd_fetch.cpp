@@ -6,6 +6,7 @@
 #include "core/util/error.h"
 #include "core/util/resources.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <sys/wait.h>

@@ -112,6 +112,17 @@ struct Prefix {
     int64_t boundary = 0, budget = 0;         // budget: tokens left to continue
 };
 
+// New tokens a continuation from a boundary after `boundary` generated tokens may decode: the trace's
+// budget less what it had spent there, at least one.
+int64_t continuationBudget(const ExperimentConfig& c, int64_t boundary) {
+    return std::max<int64_t>(1, c.maxNewTokens - boundary);
+}
+
+// The one-shot prefill of the prefix, by `m`.
+KvCache prefillOf(const Transformer& m, const Prefix& p) {
+    return buildCache(m, p.ids, Construction::parse("prefill"), static_cast<int64_t>(p.prompt.size()));
+}
+
 // A continuation that may end as soon as it has left every continuation it is compared with: a
 // transplant or localize test only asks "equal to which?", and a result that has split from all of
 // them cannot become equal again. The split token is kept, so where it split stays known.
@@ -174,7 +185,7 @@ Replay replayItem(const ItemContext& ctx, const Prefix& p) {
         r.liveFingerprint = fingerprintCache(live).overall;
         r.liveSuffix = std::move(suffix);
     }
-    const KvCache prefill = buildCache(m, p.ids, Construction::parse("prefill"), static_cast<int64_t>(p.prompt.size()));
+    const KvCache prefill = prefillOf(m, p);
     r.prefillFingerprint = fingerprintCache(prefill).overall;
     r.prefillSuffix = continueWithRunRules(ctx, prefill, p.budget);
     return r;
@@ -241,13 +252,9 @@ FixedPrefixResult runFixedPrefix2x2(const ItemContext& ctx, const Prefix& p, Inc
         const Transformer& m = ctx.model(dtype);
         const StopRules stops = stopRules(ctx, m, p.budget);
         const auto inc = continueFrom(m, incremental.get(ctx, p, dtype), ctx.config.sampling, stops);
-        const std::vector<int64_t> pre =
-            dtype == ctx.config.dtypes.front()
-                ? prefillSide.suffix.ids
-                : continueFrom(
-                      m, buildCache(m, p.ids, Construction::parse("prefill"), static_cast<int64_t>(p.prompt.size())),
-                      ctx.config.sampling, stops)
-                      .ids;
+        const std::vector<int64_t> pre = dtype == ctx.config.dtypes.front()
+                                             ? prefillSide.suffix.ids
+                                             : continueFrom(m, prefillOf(m, p), ctx.config.sampling, stops).ids;
         const int64_t div = firstDivergence(inc.ids, pre);
         (dtype == "bf16" ? out.bf16 : out.fp32) = FixedPrefixCell{div >= 0, divergenceAt(div)};
     }
@@ -343,7 +350,7 @@ BoundaryState rebuildBoundary(const ItemContext& ctx, const std::vector<int64_t>
     b.prompt = prompt;
     b.boundary = boundary;
     b.prefix = concat(prompt, {trace.begin(), trace.begin() + boundary});
-    b.budget = std::max<int64_t>(1, c.maxNewTokens - boundary);
+    b.budget = continuationBudget(c, boundary);
     auto checkpoint = [&] {
         if (keepGoing && !keepGoing()) throw Cancelled("cancelled while rebuilding the stage boundary");
     };
@@ -433,14 +440,13 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
     rec.status = ItemStatus::Done;
     const auto P = static_cast<int64_t>(p.prompt.size());
     p.ids = concat(p.prompt, {p.trace.begin(), p.trace.begin() + p.boundary});
-    p.budget = std::max<int64_t>(1, c.maxNewTokens - p.boundary);
+    p.budget = continuationBudget(c, p.boundary);
     auto liveParts = liveSideOfTrace(ctx, trace, traceCache, P, p.boundary, p.budget);
     const KvCache live = std::move(liveParts.first);  // named, not a structured binding: lambdas below use it
     traceCache = KvCache();
     const std::vector<int64_t> generated(p.trace.begin(), p.trace.begin() + p.boundary);
     const Side liveSide = finishSide(ctx, item, generated, std::move(liveParts.second));
-    const KvCache prefill =
-        timed(rec, "prefill side", [&] { return buildCache(m, p.ids, Construction::parse("prefill"), P); });
+    const KvCache prefill = timed(rec, "prefill side", [&] { return prefillOf(m, p); });
     const Side prefillSide = finishSide(
         ctx, item, generated, timed(rec, "prefill side", [&] { return continueWithRunRules(ctx, prefill, p.budget); }));
     rec.trajectories["suffix_live"] = liveSide.suffix.ids;
@@ -556,7 +562,7 @@ std::vector<std::string> auditAtPrefillSpeed(const ItemContext& ctx, const Datas
         return {"the stage boundary differs from the run's"};
     if (boundary == 0) return {};
     const std::vector<int64_t> prefix = concat(prompt, {trace.begin(), trace.begin() + boundary});
-    const int64_t budget = std::max<int64_t>(1, c.maxNewTokens - boundary);
+    const int64_t budget = continuationBudget(c, boundary);
     for (const char* name : {"suffix_live", "suffix_prefill"})
         if (auto m = verifyContinuation(ctx, name, prefix, storedIds(stored, name, mismatches), budget); !m.empty())
             mismatches.push_back(m);
