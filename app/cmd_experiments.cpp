@@ -39,7 +39,7 @@ ItemRecord findItem(const Ledger& ledger, const std::string& runId, const std::s
 
 void addRun(CLI::App& app) {
     struct Options {
-        std::string experiment, items, shard;
+        std::string experiment, items, shard, timing;
         RunOptions run;
     };
     auto o = std::make_shared<Options>();
@@ -52,6 +52,8 @@ void addRun(CLI::App& app) {
     cmd->add_option("--shard", o->shard, "Run shard I of N (items whose index % N == I), e.g. 0/4");
     cmd->add_option("--keep-caches", o->run.keepCachesDir, "Also save each item's live and prefill caches here");
     cmd->add_option("--threads", o->run.threads, "Intra-op threads (default: the experiment's, else all cores)");
+    cmd->add_option("--timing", o->timing,
+                    "Also write this invocation's time per item and per step as JSON here (for speed figures)");
     cmd->callback([o] {
         const ExperimentConfig config = ExperimentConfig::load(o->experiment);
         if (!config.modelCatalog.empty()) ensureCatalogModel(catalogModel(config.modelCatalog));
@@ -66,6 +68,8 @@ void addRun(CLI::App& app) {
                      s.runId.c_str(), s.resumed ? "resumed" : "started", static_cast<long long>(s.ran),
                      static_cast<long long>(s.alreadyDone), static_cast<long long>(s.selected), s.seconds);
         showTimeByStep("run", s);
+        if (!o->timing.empty())
+            writeFileAtomically(o->timing, [&](std::ostream& out) { out << timingJson(s).dump(2) << "\n"; });
         if (s.interrupted) {
             std::fprintf(
                 stderr,

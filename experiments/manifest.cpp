@@ -65,7 +65,7 @@ std::string environmentText(const nlohmann::json& e) {
     };
     std::string text = "libtorch " + field("libtorch") + ", fp32 on " + field("fp32_products") + ", bf16 on " +
                        field("bf16_products") + ", CPU " + field("cpu");
-    if (e.contains("threads")) text += ", " + e["threads"].dump() + " threads";
+    if (e.contains("threads")) text += ", " + e["threads"].dump() + (e["threads"] == 1 ? " thread" : " threads");
     if (e.contains("settings") && e["settings"].is_object())
         for (const auto& [variable, value] : e["settings"].items()) text += ", " + variable + "=" + value.dump();
     return text;

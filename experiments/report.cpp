@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 
 namespace kvscope::experiments {
@@ -41,7 +42,7 @@ void addNonDivergentMargins(const MatchedResult& m, std::vector<double>& out) {
 MatchedSummary summarizeMatched(const std::vector<ItemRecord>& items) {
     MatchedSummary t;
     std::vector<bool> live, prefill;
-    std::vector<double> atDivergence, nonDivergent;
+    std::vector<double> atDivergence, nonDivergent, firstDivergence;
     for (const auto& item : items) {
         if (item.status == ItemStatus::NoBoundary) ++t.noBoundary;
         if (!item.results.matched) continue;
@@ -55,7 +56,9 @@ MatchedSummary summarizeMatched(const std::vector<ItemRecord>& items) {
         prefill.push_back(m.correctPrefill);
         addNonDivergentMargins(m, nonDivergent);
         if (m.liveAtDivergence) atDivergence.push_back(m.liveAtDivergence->margin);
+        if (m.firstDivergence) firstDivergence.push_back(static_cast<double>(*m.firstDivergence));
     }
+    t.firstDivergence = quantilesOf(firstDivergence);
     t.marginsAtDivergence = quantilesOf(atDivergence);
     t.marginsNonDivergent = quantilesOf(nonDivergent);
     if (t.n == 0) return t;
@@ -78,7 +81,8 @@ json toJson(const MatchedSummary& t) {
               {"label_differ", t.labelDiffer},
               {"replicas_exact", {{"live", t.replicasLive}, {"prefill", t.replicasPrefill}}},
               {"margins",
-               {{"at_divergence", toJson(t.marginsAtDivergence)}, {"non_divergent", toJson(t.marginsNonDivergent)}}}};
+               {{"at_divergence", toJson(t.marginsAtDivergence)}, {"non_divergent", toJson(t.marginsNonDivergent)}}},
+              {"first_divergence", toJson(t.firstDivergence)}};
     if (!t.accuracy) return j;
     const PairedAccuracy& a = *t.accuracy;
     j["accuracy_live"] = a.live;
@@ -166,6 +170,83 @@ std::string csvFlag(const MatchedResult* m, bool MatchedResult::* flag) {
     return csvField(m ? std::optional<bool>(m->*flag) : std::nullopt);
 }
 
+// Item time from the ledger (each item's own wall time, as the run measured it).
+json timeTable(const std::vector<ItemRecord>& items) {
+    double total = 0, split = 0;
+    int64_t tokens = 0, splitItems = 0;
+    std::vector<double> seconds;
+    for (const auto& item : items) {
+        total += item.seconds;
+        tokens += item.tokens;
+        seconds.push_back(item.seconds);
+        if (item.results.divergent()) split += item.seconds, ++splitItems;
+    }
+    const auto n = static_cast<int64_t>(items.size());
+    auto mean = [](double sum, int64_t k) { return k ? json(sum / static_cast<double>(k)) : json(); };
+    return {{"items", n},
+            {"seconds", total},
+            {"seconds_per_item", toJson(quantilesOf(seconds))},
+            {"mean_seconds_per_item", mean(total, n)},
+            {"mean_seconds_per_divergent_item", mean(split, splitItems)},
+            {"mean_seconds_per_other_item", mean(total - split, n - splitItems)},
+            {"tokens_per_second", total > 0 ? json(static_cast<double>(tokens) / total) : json()}};
+}
+
+std::string clockTime(double seconds) {
+    const auto total = std::llround(seconds);
+    char text[32];
+    std::snprintf(text, sizeof text, "%lld:%02lld:%02lld", total / 3600, total / 60 % 60, total % 60);
+    return text;
+}
+
+std::string timeMarkdown(const json& t) {
+    auto fixed = [](const json& x, int digits) {
+        if (!x.is_number()) return std::string("-");
+        std::ostringstream o;
+        o.precision(digits);
+        o << std::fixed << x.get<double>();
+        return o.str();
+    };
+    std::ostringstream s;
+    s << "\n## time (each item's own wall time)\n\n| measure | value |\n|---|---|\n"
+      << "| items, time in all (h:mm:ss) | " << t["items"] << ", " << clockTime(t["seconds"].get<double>()) << " |\n"
+      << "| seconds per item: mean (median) | " << fixed(t["mean_seconds_per_item"], 1) << " ("
+      << fixed(t["seconds_per_item"].value("median", json()), 1) << ") |\n"
+      << "| seconds per item whose suffixes differ / per other item | "
+      << fixed(t["mean_seconds_per_divergent_item"], 1) << " / " << fixed(t["mean_seconds_per_other_item"], 1) << " |\n"
+      << "| tokens per second (trace, both continuations, prefix) | " << fixed(t["tokens_per_second"], 1) << " |\n";
+    return s.str();
+}
+
+json stepHistogramJson(const std::vector<HistogramBar>& bars) {
+    json out = json::array();
+    for (const HistogramBar& b : bars)
+        out.push_back(
+            {{"from", static_cast<int64_t>(b.lower)}, {"to", static_cast<int64_t>(b.upper)}, {"count", b.count}});
+    return out;
+}
+
+// The first divergence's histogram as a table with a bar of blocks per row, longest bar 30 wide.
+std::string firstDivergenceMarkdown(const json& q) {
+    std::ostringstream s;
+    s << "\n### first divergence (generated step where the suffixes first differ)\n\n";
+    if (q["n"] == 0) return s.str() + "No item diverged.\n";
+    auto step = [&](const char* key) { return std::to_string(q[key].get<int64_t>()); };
+    s << "n " << q["n"] << ", median " << step("median") << ", p10 " << step("p10") << ", p90 " << step("p90")
+      << ", range " << step("min") << "-" << step("max") << "\n\n| steps | items | |\n|---|---|---|\n";
+    int highest = 1;
+    for (const auto& bar : q["histogram"]) highest = std::max(highest, bar["count"].get<int>());
+    for (const auto& bar : q["histogram"]) {
+        const auto from = bar["from"].get<int64_t>(), last = bar["to"].get<int64_t>() - 1;
+        const int count = bar["count"].get<int>();
+        std::string blocks;
+        for (int i = 0; i < (count * 30 + highest - 1) / highest; ++i) blocks += "\u2588";
+        s << "| " << from << (last > from ? "-" + std::to_string(last) : std::string()) << " | " << count << " | "
+          << blocks << " |\n";
+    }
+    return s.str();
+}
+
 // Where the run's bits came from, and a warning where a merge mixed environments.
 std::string environmentMarkdown(const json& r) {
     std::string text = "Ran on " + environmentText(r.value("environment", json())) + ".\n\n";
@@ -181,6 +262,37 @@ std::string environmentMarkdown(const json& r) {
 
 }  // namespace
 
+std::optional<double> measureOf(const ItemRecord& item, ItemMeasure measure) {
+    const auto& m = item.results.matched;
+    if (!m || !m->firstDivergence) return std::nullopt;
+    if (measure == ItemMeasure::FirstDivergence) return static_cast<double>(*m->firstDivergence);
+    const auto& at = m->liveAtDivergence;
+    return at && !std::isnan(at->margin) ? std::optional<double>(at->margin) : std::nullopt;
+}
+
+std::vector<HistogramBar> histogramOf(const std::vector<ItemRecord>& items, ItemMeasure measure, int maxBars) {
+    std::vector<double> values;
+    for (const ItemRecord& item : items)
+        if (const auto v = measureOf(item, measure)) values.push_back(*v);
+    if (values.empty()) return {};
+    const double top = *std::max_element(values.begin(), values.end());
+    // Steps are integers: a bar per step while they fit, else whole steps per bar. Margins are
+    // continuous and non-negative: equal bars from 0, the last one closed over the maximum.
+    const double width = measure == ItemMeasure::FirstDivergence ? std::ceil((top + 1) / maxBars)
+                         : top > 0                               ? top / maxBars
+                                                                 : 1.0;
+    const int count = measure == ItemMeasure::FirstDivergence ? static_cast<int>(std::floor(top / width)) + 1 : maxBars;
+    std::vector<HistogramBar> bars(static_cast<std::size_t>(count));
+    for (int i = 0; i < count; ++i) bars[static_cast<std::size_t>(i)] = {i * width, (i + 1) * width, 0};
+    if (measure == ItemMeasure::MarginAtDivergence)  // [lower, upper) must hold the largest margin too
+        bars.back().upper = std::nextafter(std::max(bars.back().upper, top), HUGE_VAL);
+    for (const double v : values) {
+        const auto at = static_cast<std::size_t>(std::clamp<double>(std::floor(v / width), 0, count - 1));
+        ++bars[at].count;
+    }
+    return bars;
+}
+
 StudySummary summarizeStudy(const std::vector<ItemRecord>& items) {
     return {summarizeMatched(items), disagreementsOf(items, &FixedPrefixResult::bf16),
             disagreementsOf(items, &FixedPrefixResult::fp32)};
@@ -188,18 +300,21 @@ StudySummary summarizeStudy(const std::vector<ItemRecord>& items) {
 
 json buildReport(const std::vector<ItemRecord>& items, const RunInfo& run) {
     const StudySummary study = summarizeStudy(items);
+    json matched = toJson(study.matched);
+    matched["first_divergence"]["histogram"] = stepHistogramJson(histogramOf(items, ItemMeasure::FirstDivergence, 16));
     return {{"run", run.runId},
             {"experiment", describeRun(run.manifest).name},
             {"kernels", kernelsName(describeRun(run.manifest).kernels)},
             {"environment", environmentOf(run.manifest)},
             {"mixed_environments", run.manifest.value("mixed_environments", json())},
             {"items", items.size()},
-            {"matched", toJson(study.matched)},
+            {"matched", matched},
             {"fixed_prefix_2x2", {{"bf16", toJson(study.fixedPrefixBf16)}, {"fp32", toJson(study.fixedPrefixFp32)}}},
             {"bridge", countFlag(items, &ItemResults::bridge, &BridgeResult::exact, "exact")},
             {"audit", countFlag(items, &ItemResults::audit, &AuditResult::reproduced, "reproduced")},
             {"transplant", transplantTable(items)},
-            {"localize", localizeTable(items)}};
+            {"localize", localizeTable(items)},
+            {"time", timeTable(items)}};
 }
 
 std::string reportMarkdown(const json& r) {
@@ -234,6 +349,7 @@ std::string reportMarkdown(const json& r) {
           << (q.contains("p10") ? q["p10"].dump() : "-") << " | " << (q.contains("p90") ? q["p90"].dump() : "-")
           << " |\n";
     }
+    s << firstDivergenceMarkdown(m["first_divergence"]);
     s << "\n## fixed_prefix_2x2 (construction x precision)\n\n| precision | n | decoded disagreements | Wilson 95% "
          "upper |\n|---|---|---|---|\n";
     for (const char* d : {"bf16", "fp32"}) {
@@ -248,7 +364,8 @@ std::string reportMarkdown(const json& r) {
       << "| transplant: continuation follows its cache donor | " << r["transplant"]["follows_donor"] << " / "
       << r["transplant"]["n"] << " |\n"
       << "| localize: items with a sufficient layer range | " << r["localize"]["layers_needed"].size() << " / "
-      << r["localize"]["n"] << " |\n";
+      << r["localize"]["n"] << " |\n"
+      << timeMarkdown(r["time"]);
     return s.str();
 }
 
@@ -285,6 +402,13 @@ std::string comparisonMarkdown(const json& comparison) {
         [&](const json& r) { return ratio(r["matched"]["suffix_differ"], r["matched"]["n"]); });
     row("correctness labels differ",
         [&](const json& r) { return ratio(r["matched"]["label_differ"], r["matched"]["n"]); });
+    auto median = [](const json& q) { return q.contains("median") ? q["median"].dump() : std::string("-"); };
+    row("first divergence step, median", [&](const json& r) {
+        const json& q = r["matched"]["first_divergence"];
+        return q.contains("median") ? std::to_string(q["median"].get<int64_t>()) : std::string("-");
+    });
+    row("top-1/top-2 margin at divergence, median",
+        [&](const json& r) { return median(r["matched"]["margins"]["at_divergence"]); });
     row("accuracy live / prefill", [&](const json& r) {
         return pct(r["matched"].value("accuracy_live", json())) + " / " +
                pct(r["matched"].value("accuracy_prefill", json()));
@@ -300,6 +424,10 @@ std::string comparisonMarkdown(const json& comparison) {
     row("audit: replay reproduced", [&](const json& r) { return ratio(r["audit"]["reproduced"], r["audit"]["n"]); });
     row("transplant: follows its cache donor",
         [&](const json& r) { return ratio(r["transplant"]["follows_donor"], r["transplant"]["n"]); });
+    row("seconds per item (mean)", [](const json& r) {
+        const json mean = r["time"]["mean_seconds_per_item"];
+        return mean.is_number() ? std::to_string(std::lround(mean.get<double>())) : std::string("-");
+    });
     return s.str();
 }
 

@@ -11,6 +11,7 @@
 #include "core/util/error.h"
 #include "core/util/parse.h"
 #include "core/util/threads.h"
+#include "core/util/version.h"
 
 #include <chrono>
 #include <set>
@@ -74,6 +75,27 @@ std::vector<std::size_t> selectItems(const std::vector<DatasetItem>& items, cons
 
 }  // namespace
 
+nlohmann::json timingJson(const RunSummary& s) {
+    nlohmann::json items = nlohmann::json::array();
+    for (const ItemTiming& t : s.items)
+        items.push_back({{"id", t.itemId},
+                         {"seconds", t.seconds},
+                         {"tokens", t.tokens},
+                         {"divergent", t.divergent},
+                         {"seconds_by_step", t.secondsBy}});
+    return {{"run", s.runId},
+            {"experiment", s.experiment},
+            {"kernels", kernelsName(s.kernels)},
+            {"threads", s.threads},
+            {"cpu_model", cpuModelName()},
+            {"kvscope", kvscopeVersion()},
+            {"environment", s.environment},
+            {"items_run", s.ran},
+            {"seconds", s.seconds},
+            {"seconds_by_step", s.secondsBy},
+            {"items", items}};
+}
+
 std::pair<int, int> parseShard(const std::string& text) {
     const auto slash = text.find('/');
     if (slash != std::string::npos) {
@@ -101,6 +123,10 @@ RunSummary runExperiment(const ExperimentConfig& config, const RunOptions& o,
     Ledger ledger(o.ledgerPath);
     RunSummary summary;
     summary.runId = openRun(ledger, manifest, o.newRun, summary.resumed);
+    summary.experiment = config.name;
+    summary.kernels = config.kernels;
+    summary.threads = at::get_num_threads();
+    summary.environment = environmentOf(manifest);
     const auto todo = selectItems(items, o, ledger.finishedItems(summary.runId), summary.alreadyDone);
     summary.selected = static_cast<int64_t>(todo.size()) + summary.alreadyDone;
 
@@ -124,6 +150,7 @@ RunSummary runExperiment(const ExperimentConfig& config, const RunOptions& o,
         const ItemRecord rec = runItem(ctx, item, static_cast<int64_t>(todo[k]));
         ledger.recordItem(summary.runId, rec);
         for (const auto& [step, seconds] : rec.secondsBy) summary.secondsBy[step] += seconds;
+        summary.items.push_back({rec.itemId, rec.seconds, rec.tokens, rec.results.divergent(), rec.secondsBy});
         tokens += rec.tokens;
         ++summary.ran;
         const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();

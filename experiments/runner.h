@@ -38,6 +38,15 @@ struct RunProgress {
     std::optional<ItemStatus> lastStatus;  // of the item that just finished; none while one starts
 };
 
+// One item of this invocation: its time, by step, for speed figures (`kvscope run --timing`).
+struct ItemTiming {
+    std::string itemId;
+    double seconds = 0;
+    int64_t tokens = 0;
+    bool divergent = false;  // transplant and localize run only on these
+    std::map<std::string, double> secondsBy;
+};
+
 struct RunSummary {
     std::string runId;
     bool resumed = false;
@@ -45,7 +54,15 @@ struct RunSummary {
     bool interrupted = false;
     double seconds = 0;
     std::map<std::string, double> secondsBy;  // the items' secondsBy, summed: where the run's time went
+    std::vector<ItemTiming> items;            // the items this invocation ran
+    std::string experiment;
+    Kernels kernels = Kernels::Torch;
+    int threads = 0;                  // intra-op threads the items ran with
+    nlohmann::json environment;       // the manifest's (manifest.h's runEnvironment)
 };
+// The summary as JSON: {run, experiment, kernels, threads, cpu_model, kvscope (version), environment, items_run, seconds,
+// seconds_by_step, items: [{id, seconds, tokens, divergent, seconds_by_step}]}.
+nlohmann::json timingJson(const RunSummary& summary);
 
 // "I/N" (0 <= I < N <= 1,000,000) -> {I, N}; UsageError naming --shard otherwise.
 std::pair<int, int> parseShard(const std::string& text);

@@ -28,14 +28,6 @@ QString transplantVerdict(const ItemRecord& item) {
                        : QObject::tr("follows donor: live<-prefill only");
 }
 
-std::optional<double> measureOf(const ItemRecord& item, ItemMeasure measure) {
-    const int step = firstDivergence(item);
-    if (step < 0) return std::nullopt;
-    if (measure == ItemMeasure::FirstDivergence) return step;
-    const auto& at = item.results.matched->liveAtDivergence;
-    return at && !std::isnan(at->margin) ? std::optional<double>(at->margin) : std::nullopt;
-}
-
 }  // namespace item_results
 
 bool ItemRange::contains(const ItemRecord& item) const {

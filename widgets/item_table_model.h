@@ -3,6 +3,7 @@
 // The ledger's items as a table: one row per finished item, one column per headline result of the
 // study. Whole-result setter (setItems) inside a model reset; sorting and filtering by ItemFilterProxy.
 #include "experiments/ledger.h"
+#include "experiments/report.h"
 
 #include <QAbstractTableModel>
 #include <QSortFilterProxyModel>
@@ -12,7 +13,7 @@
 
 namespace kvscope::widgets {
 
-enum class ItemMeasure { FirstDivergence, MarginAtDivergence };
+using experiments::ItemMeasure;
 
 // The items whose measure lies in [lower, upper); `active` false means no range filter.
 struct ItemRange {
@@ -89,8 +90,7 @@ bool divergent(const experiments::ItemRecord& item);
 int firstDivergence(const experiments::ItemRecord& item);  // -1 when equal or not run
 bool flipped(const experiments::ItemRecord& item);
 QString transplantVerdict(const experiments::ItemRecord& item);  // "follows donor (both ways)", ...
-// The value of `measure` for one item, if it diverged and the value was recorded.
-std::optional<double> measureOf(const experiments::ItemRecord& item, ItemMeasure measure);
+using experiments::measureOf;
 }  // namespace item_results
 
 }  // namespace kvscope::widgets

@@ -17,29 +17,6 @@ namespace kvscope::widgets {
 
 using experiments::ItemRecord;
 
-std::vector<HistogramBar> histogramOf(const std::vector<ItemRecord>& items, ItemMeasure measure, int maxBars) {
-    std::vector<double> values;
-    for (const ItemRecord& item : items)
-        if (const auto v = item_results::measureOf(item, measure)) values.push_back(*v);
-    if (values.empty()) return {};
-    const double top = *std::max_element(values.begin(), values.end());
-    // Steps are integers: a bar per step while they fit, else whole steps per bar. Margins are
-    // continuous and non-negative: equal bars from 0, the last one closed over the maximum.
-    const double width = measure == ItemMeasure::FirstDivergence ? std::ceil((top + 1) / maxBars)
-                         : top > 0                               ? top / maxBars
-                                                                 : 1.0;
-    const int count = measure == ItemMeasure::FirstDivergence ? static_cast<int>(std::floor(top / width)) + 1 : maxBars;
-    std::vector<HistogramBar> bars(static_cast<std::size_t>(count));
-    for (int i = 0; i < count; ++i) bars[static_cast<std::size_t>(i)] = {i * width, (i + 1) * width, 0};
-    if (measure == ItemMeasure::MarginAtDivergence)  // [lower, upper) must hold the largest margin too
-        bars.back().upper = std::nextafter(std::max(bars.back().upper, top), HUGE_VAL);
-    for (const double v : values) {
-        const auto at = static_cast<std::size_t>(std::clamp<double>(std::floor(v / width), 0, count - 1));
-        ++bars[at].count;
-    }
-    return bars;
-}
-
 QString summaryLine(const std::vector<ItemRecord>& items) {
     const experiments::StudySummary study = experiments::summarizeStudy(items);
     const experiments::MatchedSummary& m = study.matched;

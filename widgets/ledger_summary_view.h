@@ -18,15 +18,7 @@ class QLabel;
 
 namespace kvscope::widgets {
 
-struct HistogramBar {
-    double lower = 0, upper = 0;  // [lower, upper)
-    int count = 0;
-};
-
-// Equal-width bars covering every divergent item's value: one per step for first divergence (wider
-// when steps run past `maxBars`), `maxBars` bars from 0 to the largest margin for margins.
-std::vector<HistogramBar> histogramOf(const std::vector<experiments::ItemRecord>& items, ItemMeasure measure,
-                                      int maxBars = 24);
+using experiments::HistogramBar;
 // "n 200 | suffixes differ 57 (28.5%) | labels flipped 3 | accuracy live 70.5% / prefill 71.0%, ..."
 QString summaryLine(const std::vector<experiments::ItemRecord>& items);
 

@@ -144,6 +144,28 @@ std::optional<std::string> splitPatternOf(const std::string& pre) {
     return std::nullopt;
 }
 
+// transformers' tokenizer classes add their named special tokens (bos, eos, unk, pad) as special
+// added tokens, matched whole in text: the class's defaults (LlamaTokenizer "<unk>", "<s>", "</s>";
+// GPT2Tokenizer "<|endoftext|>"), then the file's own tokenizer.ggml.*_token_id. So "<unk>" in a
+// prompt is one token even where the file marks it "unknown" rather than "control". The ids of
+// those in the vocabulary; transformers would append a name the vocabulary lacks as a new token,
+// past the model's embedding, which kvscope does not.
+std::vector<std::size_t> namedSpecialTokens(const GgufFile& f, const std::vector<std::string>& tokens,
+                                            const json& vocab, bool byteLevel) {
+    std::vector<std::string> names;
+    if (byteLevel)
+        names = {"<|endoftext|>"};
+    else
+        names = {"<unk>", "<s>", "</s>"};
+    for (const char* key : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+                            "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.padding_token_id"})
+        if (const auto id = tokenIdOf(f, key, tokens.size())) names.push_back(tokens[static_cast<std::size_t>(*id)]);
+    std::vector<std::size_t> ids;
+    for (const auto& name : names)
+        if (const auto at = vocab.find(name); at != vocab.end()) ids.push_back(at->get<std::size_t>());
+    return ids;
+}
+
 json postProcessor(const std::optional<std::string>& bos, const std::optional<std::string>& eos,
                    const std::optional<int64_t>& bosId, const std::optional<int64_t>& eosId) {
     json single = json::array(), specials = json::object();
@@ -178,17 +200,22 @@ json ggufTokenizerJson(const GgufFile& f) {
         vocab[spelled] = static_cast<int64_t>(i);
     }
     json added = json::array();
-    for (std::size_t i = 0; i < types.size(); ++i) {
-        const bool control = types[i] == kControlToken && (!byteLevel || allInByteAlphabet(tokens[i]));
-        if (!control && types[i] != kUserDefinedToken) continue;
+    std::set<std::size_t> addedIds;
+    auto addToken = [&](std::size_t i, bool special) {
+        if (!addedIds.insert(i).second) return;
         added.push_back({{"id", i},
                          {"content", tokens[i]},
                          {"single_word", false},
                          {"lstrip", false},
                          {"rstrip", false},
                          {"normalized", false},
-                         {"special", control}});
+                         {"special", special}});
+    };
+    for (std::size_t i = 0; i < types.size(); ++i) {
+        const bool control = types[i] == kControlToken && (!byteLevel || allInByteAlphabet(tokens[i]));
+        if (control || types[i] == kUserDefinedToken) addToken(i, control);
     }
+    for (const std::size_t i : namedSpecialTokens(f, tokens, vocab, byteLevel)) addToken(i, true);
 
     const bool addBos =
         f.has("tokenizer.ggml.add_bos_token") ? f.metadata()["tokenizer.ggml.add_bos_token"] == true : !byteLevel;

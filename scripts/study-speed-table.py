@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""A study's speed as a Markdown table, from the JSON `kvscope run --timing FILE` writes.
+
+    python3 scripts/study-speed-table.py docs/measurements/RUN/timing-*.json
+    python3 scripts/study-speed-table.py FILES... --update docs/SMOLLM2.md
+
+Files of one run with the same kernels and threads (the shards of a run, or a run resumed) make one
+row: their items together. --update replaces the text between the lines
+"<!-- study-speed-table: begin -->" and "<!-- study-speed-table: end -->" of that file (both must be
+there) with the table, so the docs never hold a hand-typed figure.
+"""
+import argparse
+import json
+import statistics
+import sys
+
+BEGIN = "<!-- study-speed-table: begin -->"
+END = "<!-- study-speed-table: end -->"
+
+
+def load(paths):
+    rows = {}
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            t = json.load(f)
+        env = t.get("environment") or {}
+        key = (t["run"], t["kernels"], t["threads"], env.get("libtorch", "?"), t.get("cpu_model", "?"))
+        row = rows.setdefault(key, {"experiment": t["experiment"], "items": [], "files": []})
+        row["items"].extend(t["items"])
+        row["files"].append(path)
+    return rows
+
+
+def mean_of(items):
+    return statistics.fmean(i["seconds"] for i in items) if items else None
+
+
+def seconds(x):
+    return "-" if x is None else f"{x:.0f}" if x >= 10 else f"{x:.1f}"
+
+
+def table(rows):
+    lines = [
+        "| experiment | kernels | threads | libtorch | CPU | items | s/item mean (median) | split items | "
+        "other items | tokens/s | where the time went |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (run, kernels, threads, libtorch, cpu), row in sorted(rows.items(), key=lambda kv: kv[0][1:]):
+        items = row["items"]
+        split = [i for i in items if i["divergent"]]
+        other = [i for i in items if not i["divergent"]]
+        total = sum(i["seconds"] for i in items)
+        tokens = sum(i["tokens"] for i in items)
+        by_step = {}
+        for i in items:
+            for step, s in i["seconds_by_step"].items():
+                by_step[step] = by_step.get(step, 0.0) + s
+        shares = ", ".join(f"{step} {100 * s / total:.0f}%"
+                           for step, s in sorted(by_step.items(), key=lambda kv: -kv[1]) if total > 0)
+        median = statistics.median(i["seconds"] for i in items) if items else None
+        lines.append(
+            f"| {row['experiment']} (run {run}) | {kernels} | {threads} | {libtorch} | {cpu} | {len(items)} | "
+            f"{seconds(mean_of(items))} ({seconds(median)}) | {seconds(mean_of(split))} ({len(split)}) | "
+            f"{seconds(mean_of(other))} ({len(other)}) | {tokens / total if total else 0:.1f} | {shares} |")
+    lines.append("")
+    lines.append("Seconds per item: each item's own wall time; "
+                 "tokens/s counts tokens as the progress line of `kvscope run` does (the trace, both "
+                 "continuations and the prefilled prefix) per second of item time.")
+    return "\n".join(lines) + "\n"
+
+
+def update(doc, text):
+    with open(doc, encoding="utf-8") as f:
+        content = f.read()
+    if BEGIN not in content or END not in content:
+        sys.exit(f"study-speed-table: {doc} has no '{BEGIN}' ... '{END}' lines to replace")
+    head, rest = content.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    with open(doc, "w", encoding="utf-8") as f:
+        f.write(head + BEGIN + "\n" + text + END + tail)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("timing", nargs="+", help="JSON files of kvscope run --timing")
+    parser.add_argument("--update", metavar="DOC", help="replace the table between the markers in DOC")
+    args = parser.parse_args()
+    text = table(load(args.timing))
+    if args.update:
+        update(args.update, text)
+    else:
+        sys.stdout.write(text)
+
+
+if __name__ == "__main__":
+    main()
