@@ -73,7 +73,7 @@ RunSummary runExperiment(const ExperimentConfig& config, const RunOptions& optio
 
 struct AuditOptions {
     std::string modelDir, datasetPath;  // where the run's model and dataset are now, if they moved
-    int64_t limit = -1;                 // at most this many items, -1: all
+    int64_t limit = -1;  // at most this many items, -1: all
     AuditDepth depth = AuditDepth::Auto;
 };
 

@@ -167,12 +167,13 @@ TEST(RunCli, TheSmolLM2StudyWithInvariantKernelsSplitsNoItem) {
     const std::string gguf = test::smollm2Gguf();
     if (gguf.empty()) GTEST_SKIP() << "SmolLM2 not fetched (scripts/fetch-test-data.sh --smollm2 PYTHON)";
     test::TempDir dir;
-    test::writeSmolLM2Experiment(dir.file("inv.toml"),
-                                 {{"catalog = \"smollm2\"", "dir = \"" + gguf + "\""},
-                                  {"max_new_tokens = 320", "max_new_tokens = 32"}},
-                                 "smollm2-invariant.toml");
+    test::writeSmolLM2Experiment(
+        dir.file("inv.toml"),
+        {{"catalog = \"smollm2\"", "dir = \"" + gguf + "\""}, {"max_new_tokens = 320", "max_new_tokens = 32"}},
+        "smollm2-invariant.toml");
     const std::string db = dir.file("i.db");
-    auto r = runCli("run " + shellQuote(dir.file("inv.toml")) + " --ledger " + shellQuote(db) + " --items wp-000,wp-001");
+    auto r =
+        runCli("run " + shellQuote(dir.file("inv.toml")) + " --ledger " + shellQuote(db) + " --items wp-000,wp-001");
     ASSERT_EQ(r.exitCode, 0) << r.err;
     const auto j = reportJson(db);
     EXPECT_EQ(j["kernels"], "invariant");

@@ -13,7 +13,8 @@ std::string smollm2Gguf() {
     return std::filesystem::exists(gguf) ? gguf : "";
 }
 
-void writeSmolLM2Experiment(const std::string& path, const std::vector<std::pair<std::string, std::string>>& replacements,
+void writeSmolLM2Experiment(const std::string& path,
+                            const std::vector<std::pair<std::string, std::string>>& replacements,
                             const std::string& experimentFile) {
     const std::string experiments = testDataDir() + "/../../experiments";
     std::string text = readTextFile(experiments + "/" + experimentFile);
@@ -21,7 +22,8 @@ void writeSmolLM2Experiment(const std::string& path, const std::vector<std::pair
     all.insert(all.end(), replacements.begin(), replacements.end());
     for (const auto& [from, to] : all) {
         const auto at = text.find(from);
-        if (at == std::string::npos) throw std::runtime_error("experiments/" + experimentFile + " no longer has: " + from);
+        if (at == std::string::npos)
+            throw std::runtime_error("experiments/" + experimentFile + " no longer has: " + from);
         text.replace(at, from.size(), to);
     }
     writeTextFile(path, text);

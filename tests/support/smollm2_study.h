@@ -15,7 +15,8 @@ std::string smollm2Gguf();
 // experiments/smollm2.toml (or `experimentFile` beside it: smollm2-invariant.toml) with its dataset
 // path made absolute and each (text, replacement) applied, written to `path`. Throws
 // std::runtime_error naming a text the file no longer has.
-void writeSmolLM2Experiment(const std::string& path, const std::vector<std::pair<std::string, std::string>>& replacements,
+void writeSmolLM2Experiment(const std::string& path,
+                            const std::vector<std::pair<std::string, std::string>>& replacements,
                             const std::string& experimentFile = "smollm2.toml");
 
 }  // namespace kvscope::test
