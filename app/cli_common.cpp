@@ -13,6 +13,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <thread>
@@ -21,7 +22,19 @@ namespace kvscope::cli {
 
 namespace {
 std::atomic<bool> gStopRequested{false};
-extern "C" void onInterrupt(int) { gStopRequested.store(true); }
+
+void say(const char* text) { [[maybe_unused]] const auto written = ::write(STDERR_FILENO, text, std::strlen(text)); }
+
+// The first signal asks the batch to stop after the item in flight (minutes on a real model); a
+// second one stops at once: the item in flight was not recorded (each item is one transaction) and
+// runs again on resume. Only async-signal-safe calls here.
+extern "C" void onInterrupt(int) {
+    if (gStopRequested.exchange(true)) {
+        say("\nkvscope: stopped at once; the item in flight is not recorded and runs again on resume\n");
+        ::_exit(130);
+    }
+    say("\nkvscope: stopping after the item in flight (interrupt again to stop at once)\n");
+}
 }  // namespace
 
 void installInterruptHandler() {

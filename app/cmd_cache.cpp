@@ -144,8 +144,8 @@ void addTransplant(CLI::App* cache) {
             if (spec.keys) splice.keyLayers = chosen;
             if (spec.values) splice.valueLayers = chosen;
         } else {
-            if (*keyLayers) splice.keyLayers = TransplantSpec::parseLayers(o->keyLayers, n);
-            if (*valueLayers) splice.valueLayers = TransplantSpec::parseLayers(o->valueLayers, n);
+            if (*keyLayers) splice.keyLayers = TransplantSpec::parseLayers(o->keyLayers, n, "--key-layers");
+            if (*valueLayers) splice.valueLayers = TransplantSpec::parseLayers(o->valueLayers, n, "--value-layers");
         }
         if (!o->positions.empty()) {
             TransplantSpec range;

@@ -13,9 +13,11 @@
 
 #include <QApplication>
 #include <QCommandLineParser>
+#include <QCoreApplication>
 #include <QTimer>
 
 #include <cstdio>
+#include <cstdlib>
 
 namespace {
 
@@ -61,17 +63,15 @@ QString defaultItem(const kvscope::widgets::ItemTableModel& items) {
     return fallback;
 }
 
-}  // namespace
+// The command line, read before any window system is touched: --help and --version (and a bad
+// option's message) work without a display.
+struct GuiOptions {
+    QStringList paths;
+    QString item, screenshot;
+    bool transplant = false;
+};
 
-int main(int argc, char** argv) {
-    kvscope::ensurePassiveOpenMpWait(argv);
-    kvscope::keepFreedMemoryForReuse();
-    QApplication app(argc, argv);
-    QApplication::setOrganizationName(QStringLiteral("kvscope"));
-    QApplication::setApplicationName(QStringLiteral("kvscope"));
-    QApplication::setApplicationVersion(QString::fromStdString(kvscope::kvscopeVersion()));
-    QApplication::setDesktopFileName(QStringLiteral("io.github.kvscope.kvscope"));
-
+GuiOptions parseCommandLine(const QCoreApplication& app) {
     QCommandLineParser parser;
     parser.setApplicationDescription(QStringLiteral("kvscope: live vs prefill KV caches, side by side"));
     parser.addHelpOption();
@@ -87,17 +87,40 @@ int main(int argc, char** argv) {
     parser.addPositionalArgument(QStringLiteral("path"),
                                  QStringLiteral("A ledger (.db), a model folder or a GGUF file"),
                                  QStringLiteral("[LEDGER.db | MODEL_DIR | MODEL.gguf]"));
-    parser.process(app);
-
+    parser.process(app);  // --help, and an unknown option, print and exit here
     if (parser.isSet(versionOption)) {
         kvscope::configureThreads(0);
         std::printf("kvscope-gui %s\nQt %s\nlibtorch %s\ndevice %s\n", kvscope::kvscopeVersion().c_str(), qVersion(),
                     kvscope::libtorchVersion().c_str(), kvscope::deviceSummary().c_str());
-        return 0;
+        std::exit(0);
     }
+    return {parser.positionalArguments(), parser.value(itemOption), parser.value(shotOption),
+            parser.isSet(transplantOption)};
+}
+
+void nameApplication() {
+    QCoreApplication::setOrganizationName(QStringLiteral("kvscope"));
+    QCoreApplication::setApplicationName(QStringLiteral("kvscope"));
+    QCoreApplication::setApplicationVersion(QString::fromStdString(kvscope::kvscopeVersion()));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    kvscope::ensurePassiveOpenMpWait(argv);
+    kvscope::keepFreedMemoryForReuse();
+    GuiOptions options;
+    {
+        const QCoreApplication commandLine(argc, argv);
+        nameApplication();
+        options = parseCommandLine(commandLine);
+    }
+    QApplication app(argc, argv);
+    nameApplication();
+    QApplication::setDesktopFileName(QStringLiteral("io.github.kvscope.kvscope"));
     kvscope::configureThreads(0);
-    const QStringList paths = parser.positionalArguments();
-    const bool screenshot = parser.isSet(shotOption);
+    const QStringList& paths = options.paths;
+    const bool screenshot = !options.screenshot.isEmpty();
     if (paths.size() > 1) {
         std::fprintf(stderr, "kvscope-gui: give one ledger or model folder (got %lld paths)\n",
                      static_cast<long long>(paths.size()));
@@ -119,12 +142,12 @@ int main(int argc, char** argv) {
             if (screenshot) return 1;
         }
     }
-    if (parser.isSet(itemOption) && !window.selectItem(parser.value(itemOption))) {
-        std::fprintf(stderr, "kvscope-gui: the ledger has no item '%s'\n", qPrintable(parser.value(itemOption)));
+    if (!options.item.isEmpty() && !window.selectItem(options.item)) {
+        std::fprintf(stderr, "kvscope-gui: the ledger has no item '%s'\n", qPrintable(options.item));
         if (screenshot) return 1;
-    } else if (!parser.isSet(itemOption) && screenshot) {
+    } else if (options.item.isEmpty() && screenshot) {
         window.selectItem(defaultItem(*window.ledgerPage()->itemModel()));
     }
-    if (screenshot) return takeScreenshot(app, window, parser.value(shotOption), parser.isSet(transplantOption));
+    if (screenshot) return takeScreenshot(app, window, options.screenshot, options.transplant);
     return app.exec();
 }

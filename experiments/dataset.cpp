@@ -29,6 +29,7 @@ std::vector<DatasetItem> loadDataset(const std::string& path) {
             throw FormatError(where + ": not a JSON object");
         }
         DatasetItem item;
+        item.line = lineNo;
         try {
             if (!j.contains("id")) throw FormatError(where + ": field 'id' is missing");
             item.id = j["id"].is_string() ? j["id"].get<std::string>() : j["id"].dump();

@@ -17,6 +17,7 @@ struct DatasetItem {
     std::vector<ChatMessage> messages;
     std::string answer;
     std::vector<int64_t> prefixIds;      // non-empty: the prompt as ids
+    int64_t line = 0;                    // where the file has it, for errors found later (1-based)
 };
 
 // Throws FormatError naming the file, line and field. Ids must be unique.

@@ -94,11 +94,12 @@ std::string nowUtc() {
     return buf;
 }
 
-nlohmann::json parseStoredJson(const std::string& text, const std::string& where) {
+// `what` names the stored text: "LEDGER: run R's manifest", "LEDGER: run R, item 'I': matched result".
+nlohmann::json parseStoredJson(const std::string& text, const std::string& what) {
     try {
         return nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
-        throw FormatError(where + ": stored result is not valid JSON (" + e.what() + ")");
+        throw FormatError(what + " is not valid JSON (" + e.what() + ")");
     }
 }
 
@@ -226,7 +227,11 @@ std::vector<RunInfo> Ledger::runs() const {
                 "SELECT r.run_id, r.manifest, r.created, (SELECT COUNT(*) FROM items i WHERE i.run_id = r.run_id) "
                 "FROM runs r ORDER BY r.created, r.run_id",
                 path_);
-    while (s.step()) out.push_back({s.text(0), nlohmann::json::parse(s.text(1)), s.text(2), s.integer(3)});
+    while (s.step()) {
+        const std::string runId = s.text(0);
+        out.push_back(
+            {runId, parseStoredJson(s.text(1), path_ + ": run " + runId + "'s manifest"), s.text(2), s.integer(3)});
+    }
     return out;
 }
 
@@ -316,19 +321,29 @@ std::vector<ItemRecord> Ledger::items(const std::string& runId) const {
         at[r.itemId] = out.size();
         out.push_back(std::move(r));
     }
+    // A row of results, trajectories or fingerprints belongs to an item of the items table.
+    auto itemOf = [&](const std::string& itemId, const char* table) -> ItemRecord& {
+        const auto found = at.find(itemId);
+        if (found == at.end())
+            throw FormatError(itemWhere(itemId) + ": the ledger's " + table +
+                              " table has a row for this item, which its items table lacks (a damaged ledger)");
+        return out[found->second];
+    };
     Statement res(db_, "SELECT item_id, protocol, data FROM results WHERE run_id = ?", path_);
     res.bind(1, runId);
     while (res.step()) {
         const std::string itemId = res.text(0);
-        readProtocolResult(out[at.at(itemId)].results, res.text(1), parseStoredJson(res.text(2), itemWhere(itemId)),
+        const std::string protocol = res.text(1);
+        readProtocolResult(itemOf(itemId, "results").results, protocol,
+                           parseStoredJson(res.text(2), itemWhere(itemId) + ": stored " + protocol + " result"),
                            itemWhere(itemId));
     }
     Statement tr(db_, "SELECT item_id, name, ids FROM trajectories WHERE run_id = ?", path_);
     tr.bind(1, runId);
-    while (tr.step()) out[at.at(tr.text(0))].trajectories[tr.text(1)] = tr.ids(2);
+    while (tr.step()) itemOf(tr.text(0), "trajectories").trajectories[tr.text(1)] = tr.ids(2);
     Statement fp(db_, "SELECT item_id, name, value FROM fingerprints WHERE run_id = ?", path_);
     fp.bind(1, runId);
-    while (fp.step()) out[at.at(fp.text(0))].fingerprints[fp.text(1)] = fp.text(2);
+    while (fp.step()) itemOf(fp.text(0), "fingerprints").fingerprints[fp.text(1)] = fp.text(2);
     return out;
 }
 
@@ -408,7 +423,7 @@ std::string lockHolder(int fd) {
 
 }  // namespace
 
-LedgerWriteLock::LedgerWriteLock(const std::string& ledgerPath) {
+LedgerWriteLock::LedgerWriteLock(const std::string& ledgerPath) : ledgerPath_(ledgerPath) {
     const std::string path = ledgerPath + ".lock";
     while (true) {
         fault::point("open of the ledger's lock file");
@@ -435,7 +450,11 @@ LedgerWriteLock::LedgerWriteLock(const std::string& ledgerPath) {
 }
 
 LedgerWriteLock::~LedgerWriteLock() {
-    if (fd_ >= 0) ::close(fd_);  // releases the lock; the next holder rewrites the PID
+    if (fd_ < 0) return;
+    // Unlinked while still held: a writer that opened it meanwhile finds the file gone once it gets
+    // the lock, and the constructor's loop takes a new one.
+    if (!pathExists(ledgerPath_)) ::unlink((ledgerPath_ + ".lock").c_str());
+    ::close(fd_);  // releases the lock; the next holder rewrites the PID
 }
 
 std::vector<RunInfo> mergeLedgers(const std::string& outPath, const std::vector<std::string>& inputs,

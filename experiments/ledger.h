@@ -116,11 +116,14 @@ private:
 class LedgerWriteLock {
 public:
     explicit LedgerWriteLock(const std::string& ledgerPath);  // UsageError naming the holder's PID
+    // Releases the lock; removes LEDGER.lock too where no LEDGER exists (a run or merge that failed
+    // before writing one leaves nothing behind).
     ~LedgerWriteLock();
     LedgerWriteLock(const LedgerWriteLock&) = delete;
     LedgerWriteLock& operator=(const LedgerWriteLock&) = delete;
 
 private:
+    std::string ledgerPath_;
     int fd_ = -1;
 };
 

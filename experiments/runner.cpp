@@ -6,6 +6,8 @@
 #include "experiments/manifest.h"
 #include "experiments/protocols.h"
 
+#include "core/cache/transplant.h"
+#include "core/model/checkpoint.h"
 #include "core/model/transformer.h"
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
@@ -96,6 +98,29 @@ nlohmann::json timingJson(const RunSummary& s) {
             {"items", items}};
 }
 
+namespace {
+
+// What the experiment asks of its model, checked against the model's config before anything is
+// hashed, computed or written: transplant layers it has, prompt ids inside its vocabulary.
+void checkAgainstModel(const ExperimentConfig& config, const std::vector<DatasetItem>& items) {
+    const ModelConfig model = Checkpoint::open(config.modelDir).config();
+    if (config.protocols.count("transplant")) {
+        try {
+            TransplantSpec::parseLayers(config.transplantLayers, model.numLayers, "key 'transplant.layers'");
+        } catch (const UsageError& e) {
+            throw ConfigError(config.sourcePath + ": " + e.what());
+        }
+    }
+    for (const DatasetItem& item : items)
+        for (std::size_t k = 0; k < item.prefixIds.size(); ++k)
+            if (item.prefixIds[k] < 0 || item.prefixIds[k] >= model.vocabSize)
+                throw FormatError(config.datasetPath + ":" + std::to_string(item.line) + ": field 'prefix_ids' entry " +
+                                  std::to_string(k) + " is " + std::to_string(item.prefixIds[k]) + ", outside the " +
+                                  std::to_string(model.vocabSize) + "-token vocabulary of " + config.modelDir);
+}
+
+}  // namespace
+
 std::pair<int, int> parseShard(const std::string& text) {
     const auto slash = text.find('/');
     if (slash != std::string::npos) {
@@ -117,6 +142,7 @@ RunSummary runExperiment(const ExperimentConfig& config, const RunOptions& o,
     configureThreads(o.threads >= 0 ? o.threads : config.threads);
     config.generateModelIfMissing();
     const auto items = loadDataset(config.datasetPath);
+    checkAgainstModel(config, items);
     const nlohmann::json manifest = buildManifest(config);  // hashes every input before anything runs
     const LedgerWriteLock lock(o.ledgerPath);  // before anything is read, so no item is computed twice
     if (!o.keepCachesDir.empty()) removePartialFiles(o.keepCachesDir);  // strays of an interrupted run

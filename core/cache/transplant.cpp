@@ -18,7 +18,8 @@ int64_t parseIndex(const std::string& s, const std::string& context) {
 
 }  // namespace
 
-std::vector<int64_t> TransplantSpec::parseLayers(const std::string& text, int64_t numLayers) {
+std::vector<int64_t> TransplantSpec::parseLayers(const std::string& text, int64_t numLayers,
+                                                 const std::string& option) {
     std::set<int64_t> layers;
     if (text == "all") {
         for (int64_t l = 0; l < numLayers; ++l) layers.insert(l);
@@ -28,13 +29,14 @@ std::vector<int64_t> TransplantSpec::parseLayers(const std::string& text, int64_
     std::string part;
     while (std::getline(ss, part, ',')) {
         const auto dash = part.find('-');
-        const int64_t lo = parseIndex(part.substr(0, dash), "--layers");
-        const int64_t hi = dash == std::string::npos ? lo : parseIndex(part.substr(dash + 1), "--layers");
+        const int64_t lo = parseIndex(part.substr(0, dash), option);
+        const int64_t hi = dash == std::string::npos ? lo : parseIndex(part.substr(dash + 1), option);
         if (lo > hi || hi >= numLayers)
-            throw UsageError("--layers: '" + part + "' is outside 0-" + std::to_string(numLayers - 1));
+            throw UsageError(option + ": '" + part + "' is outside the model's layers 0-" +
+                             std::to_string(numLayers - 1));
         for (int64_t l = lo; l <= hi; ++l) layers.insert(l);
     }
-    if (layers.empty()) throw UsageError("--layers: no layers in '" + text + "'");
+    if (layers.empty()) throw UsageError(option + ": no layers in '" + text + "'");
     return {layers.begin(), layers.end()};
 }
 

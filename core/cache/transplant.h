@@ -15,8 +15,10 @@ struct TransplantSpec {
     int64_t positionBegin = 0;            // [begin, end) ; end < 0: to the end
     int64_t positionEnd = -1;
 
-    // "all" or "0-11,20" for `numLayers`; "k" | "v" | "kv"; "a:b" (either side may be empty).
-    static std::vector<int64_t> parseLayers(const std::string& text, int64_t numLayers);
+    // "all" or "0-11,20" for `numLayers` (a UsageError names `option`, where the text came from);
+    // "k" | "v" | "kv"; "a:b" (either side may be empty).
+    static std::vector<int64_t> parseLayers(const std::string& text, int64_t numLayers,
+                                            const std::string& option = "--layers");
     void parseKv(const std::string& text);
     void parsePositions(const std::string& text);
     std::string describe() const;         // e.g. "transplant(layers=0-3,kv=k,positions=0:10)"

@@ -352,6 +352,13 @@ std::vector<MalformedCase> cases() {
         {"DatasetPrefixIdsFraction",
          experimentWith("", "", "{\"id\": \"a\", \"prefix_ids\": [1.5], \"answer\": \"2\"}\n"),
          {"data.jsonl:1", "prefix_ids", "1.5"}},
+        // checked against the model when the run starts, before anything is computed
+        {"DatasetPrefixIdOutsideTheVocabulary",
+         experimentWith("", "", "{\"id\": \"a\", \"prefix_ids\": [1, 999999], \"answer\": \"2\"}\n"),
+         {"data.jsonl:1", "field 'prefix_ids' entry 1 is 999999", "vocabulary"}},
+        {"ExperimentTransplantLayersOutsideTheModel",
+         experimentWith("run = [\"matched\"]", "run = [\"matched\", \"transplant\"]\n[transplant]\nlayers = \"99\""),
+         {"exp.toml", "key 'transplant.layers'", "'99'", "0-1"}},
         // command-line ids, ranges and numbers
         {"IdsNotNumbers", command("generate --model {model} --prompt-ids 1,x"), {"--prompt-ids", "'x'"}},
         {"IdsOutsideVocabulary", command("generate --model {model} --prompt-ids 999999"), {"999999", "vocabulary"}},
@@ -407,6 +414,19 @@ INSTANTIATE_TEST_SUITE_P(Table, MalformedInput, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<MalformedCase>& info) { return info.param.name; });
 
 TEST(MalformedInputTable, HasAtLeastSixtyCases) { EXPECT_GE(cases().size(), 60u); }
+
+// What the model decides (its layers, its vocabulary) is checked before the run takes the ledger:
+// a refused run leaves neither ledger nor lock file.
+TEST(MalformedInputTable, ARunRefusedForItsModelLeavesNothingBehind) {
+    for (const MalformedCase& c : cases()) {
+        if (c.name != "DatasetPrefixIdOutsideTheVocabulary" && c.name != "ExperimentTransplantLayersOutsideTheModel")
+            continue;
+        test::TempDir dir;
+        EXPECT_NE(test::runCli(c.arrange(dir.path())).exitCode, 0) << c.name;
+        for (const char* left : {"l.db", "l.db.lock"})
+            EXPECT_FALSE(std::filesystem::exists(dir.file(left))) << c.name << ": " << left;
+    }
+}
 
 }  // namespace
 }  // namespace kvscope

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <sqlite3.h>
 
 #include <algorithm>
 #include <chrono>
@@ -422,6 +423,62 @@ TEST(RunCli, InterruptFinishesTheItemAndTellsHowToResume) {
     EXPECT_EQ(experiments::Ledger(db).finishedItems(l.runs().front().runId).size(), 12u);
 }
 
+// A second interrupt does not wait for the item in flight: the process ends at once, that item is
+// not recorded, and the resumed run computes it and the rest, each once.
+TEST(RunCli, ASecondInterruptStopsAtOnceAndTheResumeRedoesTheItem) {
+    test::TempDir dir;
+    const std::string db = dir.file("r.db");
+    const std::string exp = writeExperiment(dir, kAll);
+    int errPipe[2];
+    ASSERT_EQ(::pipe(errPipe), 0);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        ::dup2(errPipe[1], STDERR_FILENO);
+        ::execl(KVSCOPE_CLI, KVSCOPE_CLI, "run", dir.file("exp.toml").c_str(), "--ledger", db.c_str(),
+                static_cast<char*>(nullptr));
+        ::_exit(127);
+    }
+    ::close(errPipe[1]);
+    auto finished = [&]() -> std::size_t {
+        try {
+            const experiments::Ledger l(db, experiments::LedgerAccess::ReadOnly);
+            const auto runs = l.runs();
+            return runs.empty() ? 0 : l.finishedItems(runs.front().runId).size();
+        } catch (const std::exception&) {
+            return 0;  // not created yet
+        }
+    };
+    for (int i = 0; i < 1200 && finished() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // The second signal only once the first has been handled (two pending signals would merge into
+    // one); every protocol makes the item in flight long enough that it is still running then.
+    std::string err;
+    char buffer[4096];
+    ::kill(child, SIGINT);
+    while (err.find("interrupt again") == std::string::npos) {
+        const ssize_t n = ::read(errPipe[0], buffer, sizeof buffer);
+        ASSERT_GT(n, 0) << err;
+        err.append(buffer, static_cast<std::size_t>(n));
+    }
+    ::kill(child, SIGINT);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    for (ssize_t n; (n = ::read(errPipe[0], buffer, sizeof buffer)) > 0;)
+        err.append(buffer, static_cast<std::size_t>(n));
+    ::close(errPipe[0]);
+    ASSERT_TRUE(WIFEXITED(status)) << err;
+    EXPECT_EQ(WEXITSTATUS(status), 130) << err;
+    EXPECT_NE(err.find("stopped at once"), std::string::npos) << err;
+    EXPECT_EQ(err.find("items run"), std::string::npos) << "no summary: it did not wait for the item\n" << err;
+    const std::size_t done = finished();
+    EXPECT_GE(done, 1u);
+    EXPECT_LT(done, 12u);
+    auto rest = runCli("run " + exp + " --ledger " + shellQuote(db));
+    ASSERT_EQ(rest.exitCode, 0) << rest.err;
+    EXPECT_NE(rest.err.find(std::to_string(12 - done) + " items run"), std::string::npos) << rest.err;
+    EXPECT_EQ(finished(), 12u);
+}
+
 TEST(RunCli, ReportAndAuditLeaveAFileThatIsNotALedgerAsItWas) {
     test::TempDir dir;
     test::writeTextFile(dir.file("empty.db"), "");
@@ -451,6 +508,24 @@ TEST(RunCli, ShardsMergeIntoOneRun) {
     EXPECT_EQ(all.finishedItems(all.runs().front().runId),
               (std::set<std::string>{"arith-00", "arith-01", "arith-02", "arith-03"}));
     EXPECT_EQ(reportJson(dir.file("all.db"))["bridge"]["n"], 4);
+
+    // A damaged input is named, and a merge into a new OUT that fails leaves nothing behind.
+    std::filesystem::copy_file(dir.file("s1.db"), dir.file("bad.db"));
+    sqlite3* bad = nullptr;
+    ASSERT_EQ(sqlite3_open(dir.file("bad.db").c_str(), &bad), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(bad, "UPDATE runs SET manifest = '{broken'", nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(bad);
+    auto refused = runCli("ledger merge " + shellQuote(dir.file("new.db")) + " " + shellQuote(dir.file("s0.db")) + " " +
+                          shellQuote(dir.file("bad.db")));
+    EXPECT_NE(refused.exitCode, 0);
+    EXPECT_NE(refused.err.find(dir.file("bad.db") + ": run "), std::string::npos) << refused.err;
+    EXPECT_NE(refused.err.find("manifest is not valid JSON"), std::string::npos) << refused.err;
+    for (const char* left : {"new.db", "new.db.partial", "new.db.lock"})
+        EXPECT_FALSE(std::filesystem::exists(dir.file(left))) << left;
+    auto report = runCli("report " + shellQuote(dir.file("bad.db")));
+    EXPECT_EQ(report.exitCode, 1);
+    EXPECT_NE(report.err.find("manifest is not valid JSON"), std::string::npos) << report.err;
+    EXPECT_EQ(report.err.rfind("kvscope: error: " + dir.file("bad.db") + ": run ", 0), 0u) << report.err;
 }
 
 TEST(RunCli, ShardsStartedTogetherGenerateTheModelOnceAndCleanAfterADeadGenerator) {

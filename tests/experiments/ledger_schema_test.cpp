@@ -183,7 +183,7 @@ TEST(LedgerSchema, ADamagedRowIsRefusedNamingTheLedgerItemProtocolAndField) {
          "WHERE item_id = 'arith-00' AND protocol = 'matched';",
          "item 'arith-00': matched: field 'suffix_equal' must be a boolean"},
         {"UPDATE results SET data = '{\"exact\":true' WHERE item_id = 'arith-01' AND protocol = 'bridge';",
-         "item 'arith-01': stored result is not valid JSON"},
+         "item 'arith-01': stored bridge result is not valid JSON"},
         {"UPDATE results SET protocol = 'telepathy' WHERE item_id = 'arith-02' AND protocol = 'bridge';",
          "item 'arith-02': unknown protocol 'telepathy'"},
         {"UPDATE items SET status = 'half-done' WHERE item_id = 'arith-00';",
@@ -200,6 +200,10 @@ TEST(LedgerSchema, ADamagedRowIsRefusedNamingTheLedgerItemProtocolAndField) {
         {"UPDATE results SET data = replace(data, '\"id\":171', '\"id\":\"171\"') "
          "WHERE item_id = 'arith-03' AND protocol = 'matched';",
          "item 'arith-03': matched.at_divergence.live: field 'id' must be an integer"},
+        {"UPDATE results SET item_id = 'arith-99' WHERE item_id = 'arith-02' AND protocol = 'bridge';",
+         "item 'arith-99': the ledger's results table has a row for this item, which its items table lacks"},
+        {"UPDATE trajectories SET item_id = 'arith-98' WHERE item_id = 'arith-02' AND name = 'prompt';",
+         "item 'arith-98': the ledger's trajectories table has a row for this item"},
     };
     for (const Case& c : cases) {
         test::TempDir dir;
@@ -208,6 +212,16 @@ TEST(LedgerSchema, ADamagedRowIsRefusedNamingTheLedgerItemProtocolAndField) {
         test::expectErrorContaining<FormatError>([&] { ledger.items(kMainRun); },
                                                  {path + ": run " + kMainRun + ", " + c.says});
     }
+}
+
+// `report`, `audit`, `ledger merge` and the GUI read a run's manifest through Ledger::runs.
+TEST(LedgerSchema, ADamagedManifestIsRefusedNamingTheLedgerAndRun) {
+    test::TempDir dir;
+    const std::string path =
+        loadFixture(dir, "UPDATE runs SET manifest = '{broken' WHERE run_id = '" + std::string(kMainRun) + "';");
+    const Ledger ledger(path, LedgerAccess::ReadOnly);
+    test::expectErrorContaining<FormatError>([&] { ledger.runs(); },
+                                             {path + ": run " + kMainRun + "'s manifest is not valid JSON"});
 }
 
 }  // namespace

@@ -588,6 +588,23 @@ TEST(GuiCommandLine, ScreenshotOfTheMainWindowWithALedger) {
     EXPECT_NE(missing.readAllStandardError().indexOf("none.db"), -1);
 }
 
+// Read before any window system is touched: without a display, --help and --version still answer
+// (Qt's platform plugin would abort the process).
+TEST(GuiCommandLine, HelpAndVersionNeedNoDisplay) {
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    for (const char* variable : {"DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"})
+        env.remove(QString::fromLatin1(variable));
+    for (const auto& [option, says] : {std::pair{"--version", "Qt 6"}, std::pair{"--help", "--screenshot"}}) {
+        QProcess gui;
+        gui.setProcessEnvironment(env);
+        gui.start(QStringLiteral(KVSCOPE_GUI), {QString::fromLatin1(option)});
+        ASSERT_TRUE(gui.waitForFinished(60000)) << option;
+        EXPECT_EQ(gui.exitStatus(), QProcess::NormalExit) << option;
+        EXPECT_EQ(gui.exitCode(), 0) << option << ": " << gui.readAllStandardError().toStdString();
+        EXPECT_NE(gui.readAllStandardOutput().indexOf(says), -1) << option;
+    }
+}
+
 }  // namespace
 }  // namespace kvscope::widgets
 
