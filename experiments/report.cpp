@@ -426,7 +426,11 @@ std::string comparisonMarkdown(const json& comparison) {
         [&](const json& r) { return ratio(r["transplant"]["follows_donor"], r["transplant"]["n"]); });
     row("seconds per item (mean)", [](const json& r) {
         const json mean = r["time"]["mean_seconds_per_item"];
-        return mean.is_number() ? std::to_string(std::lround(mean.get<double>())) : std::string("-");
+        if (!mean.is_number()) return std::string("-");
+        std::ostringstream o;
+        o.precision(mean.get<double>() < 10 ? 1 : 0);
+        o << std::fixed << mean.get<double>();
+        return o.str();
     });
     return s.str();
 }

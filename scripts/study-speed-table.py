@@ -6,12 +6,13 @@
     python3 scripts/study-speed-table.py FILES... --update docs/SMOLLM2.md
 
 Files of one run with the same kernels and threads (the shards of a run, or a run resumed) make one
-row: their items together. --update replaces the text between the lines
+row, their items together; a file that times items of that row again makes a row of its own. --update replaces the text between the lines
 "<!-- study-speed-table: begin -->" and "<!-- study-speed-table: end -->" of that file (both must be
 there) with the table, so the docs never hold a hand-typed figure.
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 
@@ -20,16 +21,23 @@ END = "<!-- study-speed-table: end -->"
 
 
 def load(paths):
+    """Rows keyed by (run, kernels, threads, libtorch, CPU, n): a file joins the first row of its key
+    whose items it does not repeat (a shard, a resumed run); a file that times the same items again
+    (a separate measurement) starts a row of its own."""
     rows = {}
     for path in paths:
         with open(path, encoding="utf-8") as f:
             t = json.load(f)
         env = t.get("environment") or {}
-        key = (t["run"], t["kernels"], t["threads"], env.get("libtorch", "?"), t.get("cpu_model", "?"))
-        row = rows.setdefault(key, {"experiment": t["experiment"], "items": [], "files": []})
+        ids = {i["id"] for i in t["items"]}
+        for n in range(len(paths)):
+            key = (t["run"], t["kernels"], t["threads"], env.get("libtorch", "?"), t.get("cpu_model", "?"), n)
+            row = rows.setdefault(key, {"experiment": t["experiment"], "items": [], "files": []})
+            if not ids & {i["id"] for i in row["items"]}:
+                break
         row["items"].extend(t["items"])
         row["files"].append(path)
-    return rows
+    return {key: row for key, row in rows.items() if row["items"]}
 
 
 def mean_of(items):
@@ -43,10 +51,10 @@ def seconds(x):
 def table(rows):
     lines = [
         "| experiment | kernels | threads | libtorch | CPU | items | s/item mean (median) | split items | "
-        "other items | tokens/s | where the time went |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "other items | tokens/s | where the time went | timing files |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for (run, kernels, threads, libtorch, cpu), row in sorted(rows.items(), key=lambda kv: kv[0][1:]):
+    for (run, kernels, threads, libtorch, cpu, _), row in sorted(rows.items(), key=lambda kv: (-len(kv[1]["items"]),) + kv[0][1:]):
         items = row["items"]
         split = [i for i in items if i["divergent"]]
         other = [i for i in items if not i["divergent"]]
@@ -62,7 +70,8 @@ def table(rows):
         lines.append(
             f"| {row['experiment']} (run {run}) | {kernels} | {threads} | {libtorch} | {cpu} | {len(items)} | "
             f"{seconds(mean_of(items))} ({seconds(median)}) | {seconds(mean_of(split))} ({len(split)}) | "
-            f"{seconds(mean_of(other))} ({len(other)}) | {tokens / total if total else 0:.1f} | {shares} |")
+            f"{seconds(mean_of(other))} ({len(other)}) | {tokens / total if total else 0:.1f} | {shares} | "
+            f"{', '.join(os.path.basename(f) for f in row['files'])} |")
     lines.append("")
     lines.append("Seconds per item: each item's own wall time; "
                  "tokens/s counts tokens as the progress line of `kvscope run` does (the trace, both "
