@@ -58,7 +58,7 @@ if [ $# -eq 0 ]; then
   # 4x the L3, best of 5) took 192 of the stage's 1,364 test-seconds on a Zen 4, and the decode-fetch
   # test's two benches 118 of 1,195 on an Emerald Rapids (300 MiB L3), each the stage's slowest
   # test; the bench tests that only count or size things run here. These cuts keep the cold run
-  # well inside the hour (README).
+  # well inside the hour (docs/TESTING.md).
   # So do the two runs of the SmolLM2 study (a 135M model through every protocol, ~1 min in a release
   # build): the protocols' code runs under ASan in the small-model runs of the same suites.
   # `scripts/test.sh asan` runs every suite the asan preset builds.
