@@ -53,6 +53,24 @@ pid_t startRun(const std::string& experiment, const std::string& db, const char*
     return child;
 }
 
+// Items the ledger's first run has recorded; 0 while a starting run has not created it yet.
+std::size_t finishedItemCount(const std::string& db) {
+    try {
+        const experiments::Ledger l(db, experiments::LedgerAccess::ReadOnly);
+        const auto runs = l.runs();
+        return runs.empty() ? 0 : l.finishedItems(runs.front().runId).size();
+    } catch (const std::exception&) {
+        return 0;
+    }
+}
+
+// Interrupt tests signal once an item is recorded (a fixed sleep raced the start-up on a loaded
+// machine: the signal came before the handler was installed and ended the process the default way).
+void waitForAFinishedItem(const std::string& db) {
+    for (int i = 0; i < 1200 && finishedItemCount(db) == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+}
+
 nlohmann::json reportJson(const std::string& ledger) {
     auto r = runCli("report " + shellQuote(ledger) + " --format json");
     EXPECT_EQ(r.exitCode, 0) << r.err;
@@ -397,18 +415,7 @@ TEST(RunCli, InterruptFinishesTheItemAndTellsHowToResume) {
                 static_cast<char*>(nullptr));
         ::_exit(127);
     }
-    // Interrupt once an item is recorded (a fixed sleep raced the start-up on a loaded machine: the
-    // signal came before the handler was installed and ended the process the default way).
-    auto finished = [&]() -> std::size_t {
-        try {
-            const experiments::Ledger l(db, experiments::LedgerAccess::ReadOnly);
-            const auto runs = l.runs();
-            return runs.empty() ? 0 : l.finishedItems(runs.front().runId).size();
-        } catch (const std::exception&) {
-            return 0;  // not created yet
-        }
-    };
-    for (int i = 0; i < 1200 && finished() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    waitForAFinishedItem(db);
     ::kill(child, SIGINT);
     int status = 0;
     ::waitpid(child, &status, 0);
@@ -440,16 +447,7 @@ TEST(RunCli, ASecondInterruptStopsAtOnceAndTheResumeRedoesTheItem) {
         ::_exit(127);
     }
     ::close(errPipe[1]);
-    auto finished = [&]() -> std::size_t {
-        try {
-            const experiments::Ledger l(db, experiments::LedgerAccess::ReadOnly);
-            const auto runs = l.runs();
-            return runs.empty() ? 0 : l.finishedItems(runs.front().runId).size();
-        } catch (const std::exception&) {
-            return 0;  // not created yet
-        }
-    };
-    for (int i = 0; i < 1200 && finished() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    waitForAFinishedItem(db);
     // The second signal only once the first has been handled (two pending signals would merge into
     // one); every protocol makes the item in flight long enough that it is still running then.
     std::string err;
@@ -470,13 +468,13 @@ TEST(RunCli, ASecondInterruptStopsAtOnceAndTheResumeRedoesTheItem) {
     EXPECT_EQ(WEXITSTATUS(status), 130) << err;
     EXPECT_NE(err.find("stopped at once"), std::string::npos) << err;
     EXPECT_EQ(err.find("items run"), std::string::npos) << "no summary: it did not wait for the item\n" << err;
-    const std::size_t done = finished();
+    const std::size_t done = finishedItemCount(db);
     EXPECT_GE(done, 1u);
     EXPECT_LT(done, 12u);
     auto rest = runCli("run " + exp + " --ledger " + shellQuote(db));
     ASSERT_EQ(rest.exitCode, 0) << rest.err;
     EXPECT_NE(rest.err.find(std::to_string(12 - done) + " items run"), std::string::npos) << rest.err;
-    EXPECT_EQ(finished(), 12u);
+    EXPECT_EQ(finishedItemCount(db), 12u);
 }
 
 TEST(RunCli, ReportAndAuditLeaveAFileThatIsNotALedgerAsItWas) {
