@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "cli_common.h"
 
+#include "experiments/report.h"
+
 #include "core/cache/cache_io.h"
 #include "core/model/gguf.h"
 #include "core/util/error.h"
@@ -44,22 +46,16 @@ void installInterruptHandler() {
 
 const std::atomic<bool>& stopRequested() { return gStopRequested; }
 
-std::string formatSeconds(double s) {
-    char buf[32];
-    const int total = static_cast<int>(s + 0.5);
-    std::snprintf(buf, sizeof buf, "%d:%02d:%02d", total / 3600, total / 60 % 60, total % 60);
-    return buf;
-}
-
 // A one-line progress bar on a terminal, plain log lines elsewhere (CI logs, Slurm output).
 void showTimeByStep(const char* command, const experiments::RunSummary& summary) {
-    if (summary.secondsBy.empty() || summary.seconds <= 0) return;
-    std::vector<std::pair<std::string, double>> steps(summary.secondsBy.begin(), summary.secondsBy.end());
+    const auto secondsBy = summary.secondsByStep();
+    if (secondsBy.empty() || summary.seconds <= 0) return;
+    std::vector<std::pair<std::string, double>> steps(secondsBy.begin(), secondsBy.end());
     std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
     std::string line;
     for (const auto& [step, seconds] : steps)
         line += (line.empty() ? "" : ", ") + step + " " + std::to_string(std::lround(100 * seconds / summary.seconds)) +
-                "% (" + formatSeconds(seconds) + ")";
+                "% (" + experiments::clockTime(seconds) + ")";
     std::fprintf(stderr, "kvscope %s: time by step: %s\n", command, line.c_str());
 }
 
@@ -71,13 +67,13 @@ void showRunProgress(const experiments::RunProgress& p) {
         std::fprintf(stderr, "\r[%s%s] %lld/%lld  item %-12s %7.1f tok/s  ETA %s ", std::string(filled, '#').c_str(),
                      std::string(width - filled, '.').c_str(), static_cast<long long>(p.done),
                      static_cast<long long>(p.total), p.currentItem.c_str(), p.tokensPerSecond,
-                     formatSeconds(p.etaSeconds).c_str());
+                     experiments::clockTime(p.etaSeconds).c_str());
         if (p.done == p.total && p.total > 0) std::fprintf(stderr, "\n");
     } else if (p.lastStatus && p.done > 0) {
         std::fprintf(stderr, "kvscope run: %lld/%lld item %s %s (%.1f tok/s, ETA %s)\n", static_cast<long long>(p.done),
                      static_cast<long long>(p.total), p.currentItem.c_str(),
                      experiments::itemStatusName(*p.lastStatus).c_str(), p.tokensPerSecond,
-                     formatSeconds(p.etaSeconds).c_str());
+                     experiments::clockTime(p.etaSeconds).c_str());
     }
     std::fflush(stderr);
 }

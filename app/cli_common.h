@@ -63,7 +63,6 @@ Transformer loadModel(const ModelOptions& options);
 // Ctrl-C / SIGTERM set a flag that long work polls between items or steps.
 void installInterruptHandler();
 const std::atomic<bool>& stopRequested();
-std::string formatSeconds(double seconds);  // H:MM:SS
 // A one-line progress bar on a terminal, plain log lines elsewhere (CI logs, Slurm output).
 void showRunProgress(const experiments::RunProgress& progress);
 // "kvscope run: time by step: trace 31% (75.2 s), replay ..." on stderr, largest first.

@@ -25,7 +25,7 @@ void showTrainingProgress(const train::TrainingProgress& p) {
     if (p.phase == "train")
         std::fprintf(stderr, "kvscope train-demo-model: step %lld/%lld  loss %.4f  %.0f tok/s  ETA %s\n",
                      static_cast<long long>(p.step), static_cast<long long>(p.steps), p.loss, p.tokensPerSecond,
-                     formatSeconds(p.etaSeconds).c_str());
+                     experiments::clockTime(p.etaSeconds).c_str());
     else
         std::fprintf(stderr, "kvscope train-demo-model: %s %lld/%lld\n", p.phase.c_str(),
                      static_cast<long long>(p.step), static_cast<long long>(p.steps));

@@ -170,6 +170,19 @@ std::string csvFlag(const MatchedResult* m, bool MatchedResult::* flag) {
     return csvField(m ? std::optional<bool>(m->*flag) : std::nullopt);
 }
 
+// `x` with `digits` decimals; "-" where the report holds no number (an empty table's null).
+std::string fixedText(const json& x, int digits) {
+    if (!x.is_number()) return "-";
+    std::ostringstream o;
+    o.precision(digits);
+    o << std::fixed << x.get<double>();
+    return o.str();
+}
+
+std::string percentText(const json& fraction) {
+    return fraction.is_number() ? fixedText(100 * fraction.get<double>(), 1) + "%" : "-";
+}
+
 // Item time from the ledger (each item's own wall time, as the run measured it).
 json timeTable(const std::vector<ItemRecord>& items) {
     double total = 0, split = 0;
@@ -192,29 +205,16 @@ json timeTable(const std::vector<ItemRecord>& items) {
             {"tokens_per_second", total > 0 ? json(static_cast<double>(tokens) / total) : json()}};
 }
 
-std::string clockTime(double seconds) {
-    const auto total = std::llround(seconds);
-    char text[32];
-    std::snprintf(text, sizeof text, "%lld:%02lld:%02lld", total / 3600, total / 60 % 60, total % 60);
-    return text;
-}
-
 std::string timeMarkdown(const json& t) {
-    auto fixed = [](const json& x, int digits) {
-        if (!x.is_number()) return std::string("-");
-        std::ostringstream o;
-        o.precision(digits);
-        o << std::fixed << x.get<double>();
-        return o.str();
-    };
     std::ostringstream s;
     s << "\n## time (each item's own wall time)\n\n| measure | value |\n|---|---|\n"
       << "| items, time in all (h:mm:ss) | " << t["items"] << ", " << clockTime(t["seconds"].get<double>()) << " |\n"
-      << "| seconds per item: mean (median) | " << fixed(t["mean_seconds_per_item"], 1) << " ("
-      << fixed(t["seconds_per_item"].value("median", json()), 1) << ") |\n"
+      << "| seconds per item: mean (median) | " << fixedText(t["mean_seconds_per_item"], 1) << " ("
+      << fixedText(t["seconds_per_item"].value("median", json()), 1) << ") |\n"
       << "| seconds per item whose suffixes differ / per other item | "
-      << fixed(t["mean_seconds_per_divergent_item"], 1) << " / " << fixed(t["mean_seconds_per_other_item"], 1) << " |\n"
-      << "| tokens per second (trace, both continuations, prefix) | " << fixed(t["tokens_per_second"], 1) << " |\n";
+      << fixedText(t["mean_seconds_per_divergent_item"], 1) << " / " << fixedText(t["mean_seconds_per_other_item"], 1)
+      << " |\n"
+      << "| tokens per second (trace, both continuations, prefix) | " << fixedText(t["tokens_per_second"], 1) << " |\n";
     return s.str();
 }
 
@@ -261,6 +261,13 @@ std::string environmentMarkdown(const json& r) {
 }
 
 }  // namespace
+
+std::string clockTime(double seconds) {
+    const auto total = std::llround(seconds);
+    char text[32];
+    std::snprintf(text, sizeof text, "%lld:%02lld:%02lld", total / 3600, total / 60 % 60, total % 60);
+    return text;
+}
 
 std::optional<double> measureOf(const ItemRecord& item, ItemMeasure measure) {
     const auto& m = item.results.matched;
@@ -319,12 +326,6 @@ json buildReport(const std::vector<ItemRecord>& items, const RunInfo& run) {
 
 std::string reportMarkdown(const json& r) {
     std::ostringstream s;
-    auto pct = [](double x) {
-        std::ostringstream o;
-        o.precision(1);
-        o << std::fixed << 100 * x << "%";
-        return o.str();
-    };
     const json& m = r["matched"];
     s << "# kvscope report: " << r["experiment"].get<std::string>() << " (run " << r["run"].get<std::string>() << ", "
       << r["items"] << " items, " << r["kernels"].get<std::string>() << " kernels)\n\n"
@@ -336,11 +337,12 @@ std::string reportMarkdown(const json& r) {
       << "| exact replicas (live / prefill) | " << m["replicas_exact"]["live"] << " / "
       << m["replicas_exact"]["prefill"] << " |\n";
     if (m.contains("accuracy_live"))
-        s << "| accuracy live / prefill | " << pct(m["accuracy_live"]) << " / " << pct(m["accuracy_prefill"]) << " |\n"
-          << "| accuracy difference (95% paired bootstrap CI) | " << pct(m["accuracy_diff"]) << " ["
-          << pct(m["accuracy_diff_ci"][0]) << ", " << pct(m["accuracy_diff_ci"][1]) << "] |\n"
-          << "| Newcombe paired CI | [" << pct(m["accuracy_diff_newcombe_ci"][0]) << ", "
-          << pct(m["accuracy_diff_newcombe_ci"][1]) << "] |\n"
+        s << "| accuracy live / prefill | " << percentText(m["accuracy_live"]) << " / "
+          << percentText(m["accuracy_prefill"]) << " |\n"
+          << "| accuracy difference (95% paired bootstrap CI) | " << percentText(m["accuracy_diff"]) << " ["
+          << percentText(m["accuracy_diff_ci"][0]) << ", " << percentText(m["accuracy_diff_ci"][1]) << "] |\n"
+          << "| Newcombe paired CI | [" << percentText(m["accuracy_diff_newcombe_ci"][0]) << ", "
+          << percentText(m["accuracy_diff_newcombe_ci"][1]) << "] |\n"
           << "| exact McNemar p | " << m["mcnemar_p"] << " |\n";
     s << "\n### top-1/top-2 margin (live side)\n\n| where | n | median | p10 | p90 |\n|---|---|---|---|---|\n";
     for (const char* where : {"at_divergence", "non_divergent"}) {
@@ -355,7 +357,7 @@ std::string reportMarkdown(const json& r) {
     for (const char* d : {"bf16", "fp32"}) {
         const json& row = r["fixed_prefix_2x2"][d];
         s << "| " << d << " | " << row["n"] << " | " << row["disagree"] << " | "
-          << (row.contains("wilson_upper") ? pct(row["wilson_upper"]) : "-") << " |\n";
+          << (row.contains("wilson_upper") ? percentText(row["wilson_upper"]) : "-") << " |\n";
     }
     s << "\n## bridge, audit, transplant, localize\n\n| protocol | result |\n|---|---|\n"
       << "| bridge: faithful rebuild == live, bit-exact | " << r["bridge"]["exact"] << " / " << r["bridge"]["n"]
@@ -386,13 +388,6 @@ std::string comparisonMarkdown(const json& comparison) {
         s << "\n";
     };
     auto ratio = [](const json& k, const json& n) { return k.dump() + " / " + n.dump(); };
-    auto pct = [](const json& x) {
-        if (!x.is_number()) return std::string("-");
-        std::ostringstream o;
-        o.precision(1);
-        o << std::fixed << 100 * x.get<double>() << "%";
-        return o.str();
-    };
     row("run", [](const json& r) { return r["run"].get<std::string>(); });
     row("environment", [](const json& r) {
         const bool mixed = r.value("mixed_environments", json()).is_array();
@@ -410,8 +405,8 @@ std::string comparisonMarkdown(const json& comparison) {
     row("top-1/top-2 margin at divergence, median",
         [&](const json& r) { return median(r["matched"]["margins"]["at_divergence"]); });
     row("accuracy live / prefill", [&](const json& r) {
-        return pct(r["matched"].value("accuracy_live", json())) + " / " +
-               pct(r["matched"].value("accuracy_prefill", json()));
+        return percentText(r["matched"].value("accuracy_live", json())) + " / " +
+               percentText(r["matched"].value("accuracy_prefill", json()));
     });
     row("exact replicas (live / prefill)", [&](const json& r) {
         return r["matched"]["replicas_exact"]["live"].dump() + " / " + r["matched"]["replicas_exact"]["prefill"].dump();
@@ -426,11 +421,7 @@ std::string comparisonMarkdown(const json& comparison) {
         [&](const json& r) { return ratio(r["transplant"]["follows_donor"], r["transplant"]["n"]); });
     row("seconds per item (mean)", [](const json& r) {
         const json mean = r["time"]["mean_seconds_per_item"];
-        if (!mean.is_number()) return std::string("-");
-        std::ostringstream o;
-        o.precision(mean.get<double>() < 10 ? 1 : 0);
-        o << std::fixed << mean.get<double>();
-        return o.str();
+        return fixedText(mean, mean.is_number() && mean.get<double>() < 10 ? 1 : 0);
     });
     return s.str();
 }

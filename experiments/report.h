@@ -68,6 +68,9 @@ struct HistogramBar {
 // when steps run past `maxBars`), `maxBars` bars from 0 to the largest margin for margins.
 std::vector<HistogramBar> histogramOf(const std::vector<ItemRecord>& items, ItemMeasure measure, int maxBars = 24);
 
+// A duration as H:MM:SS (rounded to the second), as the report and the CLI's progress print it.
+std::string clockTime(double seconds);
+
 nlohmann::json buildReport(const std::vector<ItemRecord>& items, const RunInfo& run);
 std::string reportMarkdown(const nlohmann::json& report);
 // Several runs' reports side by side (`kvscope report --compare`), e.g. the study with torch kernels

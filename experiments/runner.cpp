@@ -77,6 +77,13 @@ std::vector<std::size_t> selectItems(const std::vector<DatasetItem>& items, cons
 
 }  // namespace
 
+std::map<std::string, double> RunSummary::secondsByStep() const {
+    std::map<std::string, double> sum;
+    for (const ItemTiming& item : items)
+        for (const auto& [step, seconds] : item.secondsBy) sum[step] += seconds;
+    return sum;
+}
+
 nlohmann::json timingJson(const RunSummary& s) {
     nlohmann::json items = nlohmann::json::array();
     for (const ItemTiming& t : s.items)
@@ -94,7 +101,7 @@ nlohmann::json timingJson(const RunSummary& s) {
             {"environment", s.environment},
             {"items_run", s.ran},
             {"seconds", s.seconds},
-            {"seconds_by_step", s.secondsBy},
+            {"seconds_by_step", s.secondsByStep()},
             {"items", items}};
 }
 
@@ -175,7 +182,6 @@ RunSummary runExperiment(const ExperimentConfig& config, const RunOptions& o,
         onProgress(progress);
         const ItemRecord rec = runItem(ctx, item, static_cast<int64_t>(todo[k]));
         ledger.recordItem(summary.runId, rec);
-        for (const auto& [step, seconds] : rec.secondsBy) summary.secondsBy[step] += seconds;
         summary.items.push_back({rec.itemId, rec.seconds, rec.tokens, rec.results.divergent(), rec.secondsBy});
         tokens += rec.tokens;
         ++summary.ran;

@@ -53,12 +53,13 @@ struct RunSummary {
     int64_t ran = 0, alreadyDone = 0, selected = 0;
     bool interrupted = false;
     double seconds = 0;
-    std::map<std::string, double> secondsBy;  // the items' secondsBy, summed: where the run's time went
     std::vector<ItemTiming> items;            // the items this invocation ran
     std::string experiment;
     Kernels kernels = Kernels::Torch;
     int threads = 0;                  // intra-op threads the items ran with
     nlohmann::json environment;       // the manifest's (manifest.h's runEnvironment)
+
+    std::map<std::string, double> secondsByStep() const;  // the items' secondsBy, summed: where the time went
 };
 // The summary as JSON: {run, experiment, kernels, threads, cpu_model, kvscope (version), environment, items_run, seconds,
 // seconds_by_step, items: [{id, seconds, tokens, divergent, seconds_by_step}]}.
