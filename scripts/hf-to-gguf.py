@@ -40,6 +40,19 @@ def gguf_name(name):
     return f"blk.{parts[2]}.{LAYER_NAMES['.'.join(parts[3:-1])]}.{parts[-1]}"
 
 
+def load_weights(directory):
+    """Every tensor of the checkpoint's shards; bfloat16 ones (numpy has none) through torch, as float32
+    (exact: every bfloat16 is a float32)."""
+    weights = {}
+    for shard in sorted(directory.glob("*.safetensors")):
+        try:
+            weights.update(load_file(str(shard)))
+        except TypeError:
+            from safetensors.torch import load_file as load_torch_file
+            weights.update({name: t.float().numpy() for name, t in load_torch_file(str(shard)).items()})
+    return weights
+
+
 def interleave_rotary_halves(w, heads):
     """llama.cpp's permute: each head's rows (half 0, half 1) -> pairs (half 0 row i, half 1 row i)."""
     shape = w.shape
@@ -96,9 +109,7 @@ def main():
     if template.exists():
         writer.add_chat_template(template.read_text())
 
-    weights = {}
-    for shard in sorted(args.dir.glob("*.safetensors")):
-        weights.update(load_file(str(shard)))
+    weights = load_weights(args.dir)
     for name in sorted(weights):
         w = weights[name].astype(np.float32) if weights[name].dtype != np.float32 else weights[name]
         if arch == "llama" and (".q_proj." in name or ".k_proj." in name):
