@@ -87,6 +87,7 @@ void addCacheCommands(CLI::App& app);  // cache build/info/diff/transplant/locat
 void addExperimentCommands(CLI::App& app);  // run, report, audit, compare, ledger merge
 void addDemoCommands(CLI::App& app);        // train-demo-model, demo
 void addFetchCommand(CLI::App& app);        // fetch NAME
+void addTrajectoryCommands(CLI::App& app);  // import, replay
 
 // The catalog's model, fetched into the user's cache unless it is there already; its path.
 std::string ensureCatalogModel(const CatalogModel& model);

@@ -11,6 +11,7 @@
 #include "experiments/protocols.h"
 #include "experiments/report.h"
 #include "experiments/runner.h"
+#include "experiments/trajectories.h"
 
 #include "core/util/error.h"
 
@@ -99,7 +100,8 @@ void addReport(CLI::App& app) {
         if (o->compare) {
             if (o->format == "csv" || !o->out.empty()) throw UsageError("--compare prints md or json only");
             std::vector<nlohmann::json> reports;
-            for (const RunInfo& r : ledger.runs()) reports.push_back(buildReport(ledger.items(r.runId), r));
+            for (const RunInfo& r : ledger.runs())  // the studies (imported trajectories have replays instead)
+                if (!isImportedRun(r.manifest)) reports.push_back(buildReport(ledger.items(r.runId), r));
             if (reports.empty()) throw UsageError(o->ledger + " holds no run");
             const nlohmann::json comparison = comparisonReport(reports);
             std::cout << (o->format == "json" ? comparison.dump(2) + "\n" : comparisonMarkdown(comparison));
@@ -107,8 +109,11 @@ void addReport(CLI::App& app) {
         }
         const std::string runId = chooseRun(ledger, o->run);
         const auto items = ledger.items(runId);
-        const nlohmann::json report = buildReport(items, ledger.run(runId));
-        const std::string md = reportMarkdown(report), csv = itemsCsv(items), json = report.dump(2) + "\n";
+        const RunInfo run = ledger.run(runId);
+        const bool imported = isImportedRun(run.manifest);
+        const nlohmann::json report = imported ? importedRunReport(items, run) : buildReport(items, run);
+        const std::string md = imported ? importedRunMarkdown(report) : reportMarkdown(report),
+                          csv = imported ? importedRunCsv(report) : itemsCsv(items), json = report.dump(2) + "\n";
         std::cout << (o->format == "json" ? json : o->format == "csv" ? csv : md);
         if (!o->out.empty()) {
             std::filesystem::create_directories(o->out);

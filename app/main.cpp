@@ -31,12 +31,14 @@ int main(int argc, char** argv) {
     cli::addExperimentCommands(app);
     cli::addDemoCommands(app);
     cli::addFetchCommand(app);
+    cli::addTrajectoryCommands(app);
 
     if (argc > 1 && argv[1][0] != '-' &&
         app.get_subcommands([&](CLI::App* c) { return c->get_name() == argv[1]; }).empty()) {
-        std::cerr << "kvscope: error: unknown command '" << argv[1]
-                  << "' (commands: generate, logits, tokenize, detokenize, make-test-model, bench, cache, continue, "
-                     "run, report, audit, compare, ledger, train-demo-model, demo, fetch; see --help)\n";
+        std::cerr
+            << "kvscope: error: unknown command '" << argv[1]
+            << "' (commands: generate, logits, tokenize, detokenize, make-test-model, bench, cache, continue, "
+               "run, report, audit, compare, ledger, train-demo-model, demo, fetch, import, replay; see --help)\n";
         return 2;
     }
     try {

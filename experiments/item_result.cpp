@@ -55,6 +55,10 @@ public:
         }
         return out;
     }
+    std::optional<double> nullableNumber(const char* key) const {
+        const json& v = is(key, [](const json& j) { return j.is_null() || j.is_number(); }, "null or a number");
+        return v.is_null() ? std::nullopt : std::optional<double>(v.get<double>());
+    }
     Fields object(const char* key) const { return {is(key, &json::is_object, "an object"), where_ + "." + key}; }
     bool has(const char* key) const { return object_.contains(key); }
     bool isNull(const char* key) const { return has(key) && object_.at(key).is_null(); }
@@ -142,6 +146,29 @@ json localizeJson(const LocalizeResult& l) {
     return {{"found", true}, {"layers", l.layers}, {"kv", l.kv}, {"tests", l.tests}};
 }
 
+json engineJson(const EngineRecord& e) {
+    json top = nullptr;
+    if (e.topLogprobs) {
+        top = json::array();
+        for (const auto& entries : *e.topLogprobs) {
+            json step = json::array();
+            for (const auto& [id, logprob] : entries) step.push_back({id, logprob});
+            top.push_back(step);
+        }
+    }
+    return {{"engine", e.engine},
+            {"dtype", e.dtype},
+            {"batch_size", nullable(e.batchSize)},
+            {"temperature", e.temperature ? json(*e.temperature) : json(nullptr)},
+            {"answer", nullable(e.answer)},
+            {"logprobs", e.logprobs ? json(*e.logprobs) : json(nullptr)},
+            {"top_logprobs", top}};
+}
+
+json replayJson(const ReplayResult& r) {
+    return {{"logprobs", r.logprobs}, {"argmaxes", r.argmaxes}, {"margins", r.margins}, {"ranks", r.ranks}};
+}
+
 // ---- from JSON ------------------------------------------------------------------------------
 
 TraceResult readTrace(const Fields& f) {
@@ -190,6 +217,42 @@ LocalizeResult readLocalize(const Fields& f) {
     return l;
 }
 
+EngineRecord readEngine(const Fields& f) {
+    EngineRecord e;
+    e.engine = f.text("engine");
+    e.dtype = f.text("dtype");
+    e.batchSize = f.nullableInteger("batch_size");
+    e.temperature = f.nullableNumber("temperature");
+    e.answer = f.nullableText("answer");
+    if (!f.isNull("logprobs")) e.logprobs = f.numbers("logprobs");
+    if (!f.isNull("top_logprobs")) {
+        const auto fail = [&] {
+            throw FormatError(f.where() + ": field 'top_logprobs' must be null or an array of [[id, logprob], ...]");
+        };
+        const json& all = f.raw().at("top_logprobs");
+        if (!all.is_array()) fail();
+        e.topLogprobs.emplace();
+        for (const json& step : all) {
+            if (!step.is_array()) fail();
+            auto& entries = e.topLogprobs->emplace_back();
+            for (const json& pair : step) {
+                if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer() || !pair[1].is_number())
+                    fail();
+                entries.emplace_back(pair[0].get<int64_t>(), pair[1].get<double>());
+            }
+        }
+    }
+    return e;
+}
+
+ReplayResult readReplay(const Fields& f) {
+    ReplayResult r{f.numbers("logprobs"), f.numbers("margins"), f.integers("argmaxes"), f.integers("ranks")};
+    if (r.margins.size() != r.logprobs.size() || r.argmaxes.size() != r.logprobs.size() ||
+        r.ranks.size() != r.logprobs.size())
+        throw FormatError(f.where() + ": fields 'logprobs', 'margins', 'argmaxes' and 'ranks' must be as long");
+    return r;
+}
+
 std::map<std::string, std::string> readCaches(const Fields& f) {
     std::map<std::string, std::string> out;
     for (const auto& [construction, path] : f.raw().items()) out[construction] = f.text(construction.c_str());
@@ -218,8 +281,12 @@ json toJson(const ItemResults& r) {
     if (r.localize) j["localize"] = localizeJson(*r.localize);
     if (r.audit) j["audit"] = {{"reproduced", r.audit->reproduced}, {"mismatches", r.audit->mismatches}};
     if (!r.caches.empty()) j["caches"] = r.caches;
+    if (r.engine) j["engine"] = engineJson(*r.engine);
+    for (const auto& [label, replay] : r.replays) j[replayProtocol(label)] = replayJson(replay);
     return j;
 }
+
+std::string replayProtocol(const std::string& label) { return "replay:" + label; }
 
 void readProtocolResult(ItemResults& r, const std::string& protocol, const json& data, const std::string& where) {
     const Fields f(data, where + ": " + protocol);
@@ -240,6 +307,10 @@ void readProtocolResult(ItemResults& r, const std::string& protocol, const json&
         r.audit = AuditResult{f.boolean("reproduced"), f.texts("mismatches")};
     else if (protocol == "caches")
         r.caches = readCaches(f);
+    else if (protocol == "engine")
+        r.engine = readEngine(f);
+    else if (protocol.rfind(replayProtocol(""), 0) == 0 && protocol.size() > replayProtocol("").size())
+        r.replays[protocol.substr(replayProtocol("").size())] = readReplay(f);
     else
         throw FormatError(where + ": unknown protocol '" + protocol + "' (a newer kvscope's ledger?)");
 }

@@ -84,6 +84,26 @@ struct AuditResult {
     std::vector<std::string> mismatches;
 };
 
+// An imported trajectory's record of the engine that generated it (kvscope import): what the engine
+// said of its own tokens. Its tokens are the item's "prompt" and "output" trajectories.
+struct EngineRecord {
+    std::string engine, dtype;
+    std::optional<int64_t> batchSize;
+    std::optional<double> temperature;
+    std::optional<std::string> answer;
+    std::optional<std::vector<double>> logprobs;  // the engine's log-probability of each output token
+    using TopEntries = std::vector<std::pair<int64_t, double>>;  // (id, logprob), as the engine listed them
+    std::optional<std::vector<TopEntries>> topLogprobs;
+};
+
+// One teacher-forced replay of an imported trajectory (kvscope replay), per output token: the
+// replay's log-probability of the engine's token, its own argmax there, top-1 minus top-2 logit, and
+// the engine token's rank (1 = the argmax).
+struct ReplayResult {
+    std::vector<double> logprobs, margins;
+    std::vector<int64_t> argmaxes, ranks;
+};
+
 // Every protocol's part, present where the protocol ran for the item.
 struct ItemResults {
     std::optional<TraceResult> trace;
@@ -94,10 +114,15 @@ struct ItemResults {
     std::optional<LocalizeResult> localize;
     std::optional<AuditResult> audit;
     std::map<std::string, std::string> caches;  // construction -> saved cache file (--keep-caches)
+    std::optional<EngineRecord> engine;          // imported trajectories only
+    std::map<std::string, ReplayResult> replays;  // replay label ("prefill/torch/bf16") -> its tokens
 
     bool divergent() const { return matched && !matched->suffixEqual; }
     std::vector<std::string> protocols() const;  // the ledger names of the parts present, "trace" included
 };
+
+// The ledger's protocol name of a replay: "replay:" + its label.
+std::string replayProtocol(const std::string& label);
 
 // The ledger's form: {protocol name: object}. Equal values give equal JSON, and equal JSON equal bytes.
 nlohmann::json toJson(const ItemResults& results);

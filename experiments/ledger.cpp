@@ -262,45 +262,78 @@ std::set<std::string> Ledger::finishedItems(const std::string& runId) const {
     return out;
 }
 
-void Ledger::recordItem(const std::string& runId, const ItemRecord& item) {
+// Runs `body` in one write transaction: all of it is stored, or (on any exception) none of it.
+template <typename Body>
+void Ledger::inTransaction(Body body) {
     exec("BEGIN IMMEDIATE");
     try {
-        Statement(db_, "INSERT INTO items(run_id, item_id, item_index, status, seconds, tokens) VALUES(?,?,?,?,?,?)",
-                  path_)
-            .bind(1, runId)
-            .bind(2, item.itemId)
-            .bind(3, item.index)
-            .bind(4, itemStatusName(item.status))
-            .bind(5, item.seconds)
-            .bind(6, item.tokens)
-            .step();
-        const nlohmann::json results = toJson(item.results);
-        for (auto it = results.begin(); it != results.end(); ++it)
-            Statement(db_, "INSERT INTO results(run_id, item_id, protocol, data) VALUES(?,?,?,?)", path_)
-                .bind(1, runId)
-                .bind(2, item.itemId)
-                .bind(3, it.key())
-                .bind(4, it.value().dump())
-                .step();
-        for (const auto& [name, ids] : item.trajectories)
-            Statement(db_, "INSERT INTO trajectories(run_id, item_id, name, ids) VALUES(?,?,?,?)", path_)
-                .bind(1, runId)
-                .bind(2, item.itemId)
-                .bind(3, name)
-                .bindIds(4, ids)
-                .step();
-        for (const auto& [name, value] : item.fingerprints)
-            Statement(db_, "INSERT INTO fingerprints(run_id, item_id, name, value) VALUES(?,?,?,?)", path_)
-                .bind(1, runId)
-                .bind(2, item.itemId)
-                .bind(3, name)
-                .bind(4, value)
-                .step();
+        body();
         exec("COMMIT");
     } catch (...) {
         exec("ROLLBACK");
         throw;
     }
+}
+
+void Ledger::insertItem(const std::string& runId, const ItemRecord& item) {
+    Statement(db_, "INSERT INTO items(run_id, item_id, item_index, status, seconds, tokens) VALUES(?,?,?,?,?,?)", path_)
+        .bind(1, runId)
+        .bind(2, item.itemId)
+        .bind(3, item.index)
+        .bind(4, itemStatusName(item.status))
+        .bind(5, item.seconds)
+        .bind(6, item.tokens)
+        .step();
+    const nlohmann::json results = toJson(item.results);
+    for (auto it = results.begin(); it != results.end(); ++it) insertResult(runId, item.itemId, it.key(), it.value());
+    for (const auto& [name, ids] : item.trajectories)
+        Statement(db_, "INSERT INTO trajectories(run_id, item_id, name, ids) VALUES(?,?,?,?)", path_)
+            .bind(1, runId)
+            .bind(2, item.itemId)
+            .bind(3, name)
+            .bindIds(4, ids)
+            .step();
+    for (const auto& [name, value] : item.fingerprints)
+        Statement(db_, "INSERT INTO fingerprints(run_id, item_id, name, value) VALUES(?,?,?,?)", path_)
+            .bind(1, runId)
+            .bind(2, item.itemId)
+            .bind(3, name)
+            .bind(4, value)
+            .step();
+}
+
+void Ledger::insertResult(const std::string& runId, const std::string& itemId, const std::string& protocol,
+                          const nlohmann::json& data) {
+    Statement(db_, "INSERT INTO results(run_id, item_id, protocol, data) VALUES(?,?,?,?)", path_)
+        .bind(1, runId)
+        .bind(2, itemId)
+        .bind(3, protocol)
+        .bind(4, data.dump())
+        .step();
+}
+
+void Ledger::recordItem(const std::string& runId, const ItemRecord& item) {
+    inTransaction([&] { insertItem(runId, item); });
+}
+
+void Ledger::recordRun(const std::string& runId, const nlohmann::json& manifest, const std::vector<ItemRecord>& items) {
+    inTransaction([&] {
+        createRun(runId, manifest);
+        for (const ItemRecord& item : items) insertItem(runId, item);
+    });
+}
+
+void Ledger::recordResult(const std::string& runId, const std::string& itemId, const std::string& protocol,
+                          const nlohmann::json& data) {
+    inTransaction([&] { insertResult(runId, itemId, protocol, data); });
+}
+
+std::set<std::string> Ledger::itemsWithResult(const std::string& runId, const std::string& protocol) const {
+    std::set<std::string> out;
+    Statement s(db_, "SELECT item_id FROM results WHERE run_id = ? AND protocol = ?", path_);
+    s.bind(1, runId).bind(2, protocol);
+    while (s.step()) out.insert(s.text(0));
+    return out;
 }
 
 std::vector<ItemRecord> Ledger::items(const std::string& runId) const {

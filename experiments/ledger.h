@@ -77,6 +77,12 @@ public:
 
     std::set<std::string> finishedItems(const std::string& runId) const;
     void recordItem(const std::string& runId, const ItemRecord& item);  // one transaction
+    // A run and all its items in one transaction (kvscope import: nothing partial is stored).
+    void recordRun(const std::string& runId, const nlohmann::json& manifest, const std::vector<ItemRecord>& items);
+    // One more protocol's result for a stored item (a replay of imported trajectories), one transaction.
+    void recordResult(const std::string& runId, const std::string& itemId, const std::string& protocol,
+                      const nlohmann::json& data);
+    std::set<std::string> itemsWithResult(const std::string& runId, const std::string& protocol) const;
     std::vector<ItemRecord> items(const std::string& runId) const;      // in dataset order
     // For tests and audits of tampering: overwrite one stored trajectory.
     void overwriteTrajectory(const std::string& runId, const std::string& itemId, const std::string& name,
@@ -97,6 +103,11 @@ private:
     // where there is none. mergeFrom says what it refuses.
     std::string mergeTarget(const RunInfo& incoming, const std::string& source, bool allowMixedEnvironments);
     void exec(const std::string& sql) const;
+    template <typename Body>
+    void inTransaction(Body body);
+    void insertItem(const std::string& runId, const ItemRecord& item);
+    void insertResult(const std::string& runId, const std::string& itemId, const std::string& protocol,
+                      const nlohmann::json& data);
     void openDatabase(LedgerAccess access);
     void checkOrCreateSchema(LedgerAccess access);
     void enterWalMode();

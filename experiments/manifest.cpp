@@ -83,16 +83,16 @@ bool sameInputs(const nlohmann::json& a, const nlohmann::json& b) {
     return x == y;
 }
 
+nlohmann::json modelFileHashes(const std::string& model) {
+    // A GGUF file holds the weights, the tokenizer and the chat template.
+    if (isGgufPath(model) && fs::is_regular_file(model))
+        return {{"model/" + fs::path(model).filename().string(), sha256File(model)}};
+    if (!fs::is_directory(model)) throw ConfigError(model + ": neither a model directory nor a .gguf file");
+    return modelDirectoryHashes(model);
+}
+
 nlohmann::json buildManifest(const ExperimentConfig& config) {
-    nlohmann::json files = nlohmann::json::object();
-    if (isGgufPath(config.modelDir) && fs::is_regular_file(config.modelDir)) {
-        // One file holds the weights, the tokenizer and the chat template.
-        files["model/" + fs::path(config.modelDir).filename().string()] = sha256File(config.modelDir);
-    } else {
-        if (!fs::is_directory(config.modelDir))
-            throw ConfigError(config.modelDir + ": neither a model directory nor a .gguf file");
-        files = modelDirectoryHashes(config.modelDir);
-    }
+    nlohmann::json files = modelFileHashes(config.modelDir);
     files["dataset/" + fs::path(config.datasetPath).filename().string()] = sha256File(config.datasetPath);
 
     nlohmann::json resolved = config.toJson();

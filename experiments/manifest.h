@@ -34,5 +34,8 @@ std::string runIdOf(const nlohmann::json& manifest);  // first 16 hex digits of 
 // sides), or "" when identical.
 std::string describeManifestChange(const nlohmann::json& before, const nlohmann::json& after);
 std::string sha256File(const std::string& path);
+// {"model/NAME": sha256} of what decides a model's ids and bits: a GGUF file, or a directory's
+// weights, configs, tokenizer and chat template. ConfigError for anything else.
+nlohmann::json modelFileHashes(const std::string& model);
 
 }  // namespace kvscope::experiments

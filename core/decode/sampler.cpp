@@ -109,11 +109,37 @@ double uniformDraw(std::uint64_t seed, std::uint64_t step) {
     return static_cast<double>(bits >> 11) * 0x1.0p-53;
 }
 
+namespace {
+
+torch::Tensor flatLogits(const torch::Tensor& logits) {
+    torch::Tensor flat = logits.detach().reshape({-1}).to(torch::kCPU, torch::kFloat32).contiguous();
+    if (flat.numel() < 2) throw UsageError("need at least two logits to choose a token");
+    return flat;
+}
+
+}  // namespace
+
+ForcedScore scoreForcedToken(const torch::Tensor& logitsIn, int64_t id) {
+    const torch::Tensor flat = flatLogits(logitsIn);
+    const int64_t V = flat.numel();
+    if (id < 0 || id >= V)
+        throw UsageError("token id " + std::to_string(id) + " is outside the " + std::to_string(V) +
+                         "-token vocabulary");
+    const float* logits = flat.data_ptr<float>();
+    const std::vector<int64_t> order = highest(logits, V, 2);
+    const float maxLogit = logits[order[0]];
+    ForcedScore s;
+    s.logprob = static_cast<double>(logits[id]) - maxLogit - std::log(expSums(logits, V, maxLogit).first);
+    s.argmax = order[0];
+    s.margin = static_cast<double>(logits[order[0]]) - logits[order[1]];
+    for (int64_t i = 0; i < V; ++i) s.rank += logits[i] > logits[id] || (logits[i] == logits[id] && i < id);
+    return s;
+}
+
 StepRecord chooseToken(const torch::Tensor& logitsIn, const SamplingParams& params, std::uint64_t step,
                        int topToRecord) {
-    const torch::Tensor flat = logitsIn.detach().reshape({-1}).to(torch::kCPU, torch::kFloat32).contiguous();
+    const torch::Tensor flat = flatLogits(logitsIn);
     const int64_t V = flat.numel();
-    if (V < 2) throw UsageError("need at least two logits to choose a token");
     const float* logits = flat.data_ptr<float>();
 
     const int64_t recordCount = std::max<int64_t>(2, std::min<int64_t>(topToRecord, V));

@@ -40,6 +40,18 @@ struct StepRecord {
 StepRecord chooseToken(const torch::Tensor& logits, const SamplingParams& params, std::uint64_t step,
                        int topToRecord = 5);
 
+// A given token scored against a logits row, as teacher forcing sees it: its log-probability under
+// the model's own distribution (chooseToken's formula, so a live replay of a kvscope trajectory gives
+// its recorded logprobs bit for bit), the row's argmax (ties: lowest id), the top-1 minus top-2 logit,
+// and the token's rank (1 = the argmax; tied logits rank by id, as greedy breaks ties).
+struct ForcedScore {
+    double logprob = 0.0;
+    int64_t argmax = 0;
+    double margin = 0.0;
+    int64_t rank = 1;
+};
+ForcedScore scoreForcedToken(const torch::Tensor& logits, int64_t id);
+
 // The uniform number in [0, 1) that sampling uses at (seed, step).
 double uniformDraw(std::uint64_t seed, std::uint64_t step);
 

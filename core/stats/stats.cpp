@@ -48,34 +48,71 @@ double accuracyDifference(const PairedCounts& c) {
     return c.n() ? static_cast<double>(c.onlyFirst - c.onlySecond) / static_cast<double>(c.n()) : 0.0;
 }
 
+namespace {
+
+// The bootstrap's random draws: splitmix64 from a seed, so an interval depends on nothing else.
+class SplitMix {
+public:
+    explicit SplitMix(std::uint64_t seed) : state_(seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull) {}
+    std::uint64_t next() {
+        std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+
+private:
+    std::uint64_t state_;
+};
+
+// The central `level` interval of the resampled statistics (linear interpolation between ranks).
+Interval percentileInterval(std::vector<double> statistics, double level) {
+    std::sort(statistics.begin(), statistics.end());
+    const double alpha = (1 - level) / 2;
+    auto quantile = [&](double q) {
+        const double pos = q * static_cast<double>(statistics.size() - 1);
+        const auto lo = static_cast<std::size_t>(std::floor(pos));
+        const auto hi = std::min(lo + 1, statistics.size() - 1);
+        return statistics[lo] + (pos - static_cast<double>(lo)) * (statistics[hi] - statistics[lo]);
+    };
+    return {quantile(alpha), quantile(1 - alpha)};
+}
+
+}  // namespace
+
 Interval pairedBootstrap(const std::vector<bool>& first, const std::vector<bool>& second, int resamples,
                          std::uint64_t seed, double level) {
     const std::size_t n = first.size();
     if (n == 0 || second.size() != n || resamples < 1) throw UsageError("bootstrap needs equal, non-empty samples");
     std::vector<int> d(n);
     for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<int>(first[i]) - static_cast<int>(second[i]);
-    std::uint64_t state = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
-    auto next = [&] {  // splitmix64
-        std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    };
+    SplitMix random(seed);
     std::vector<double> means(static_cast<std::size_t>(resamples));
     for (auto& m : means) {
         long sum = 0;
-        for (std::size_t i = 0; i < n; ++i) sum += d[next() % n];
+        for (std::size_t i = 0; i < n; ++i) sum += d[random.next() % n];
         m = static_cast<double>(sum) / static_cast<double>(n);
     }
-    std::sort(means.begin(), means.end());
-    const double alpha = (1 - level) / 2;
-    auto quantile = [&](double q) {
-        const double pos = q * (resamples - 1);
-        const auto lo = static_cast<std::size_t>(std::floor(pos));
-        const auto hi = std::min(lo + 1, means.size() - 1);
-        return means[lo] + (pos - static_cast<double>(lo)) * (means[hi] - means[lo]);
-    };
-    return {quantile(alpha), quantile(1 - alpha)};
+    return percentileInterval(std::move(means), level);
+}
+
+Interval clusterBootstrapRatio(const std::vector<double>& sums, const std::vector<double>& counts, int resamples,
+                               std::uint64_t seed, double level) {
+    const std::size_t n = sums.size();
+    if (n == 0 || counts.size() != n || resamples < 1) throw UsageError("bootstrap needs equal, non-empty samples");
+    SplitMix random(seed);
+    std::vector<double> ratios;
+    for (int r = 0; r < resamples; ++r) {
+        double sum = 0, count = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            const std::size_t k = random.next() % n;
+            sum += sums[k];
+            count += counts[k];
+        }
+        if (count > 0) ratios.push_back(sum / count);
+    }
+    if (ratios.empty()) throw UsageError("bootstrap of a ratio needs a positive count");
+    return percentileInterval(std::move(ratios), level);
 }
 
 Interval newcombePaired(const PairedCounts& c, double z) {

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 // The statistics the study reports, in plain C++ (no torch): Wilson score interval, exact McNemar
-// test, and two intervals for a paired difference in accuracy (seeded bootstrap percentile, and
-// Newcombe's score-based method 10).
+// test, two intervals for a paired difference in accuracy (seeded bootstrap percentile, and
+// Newcombe's score-based method 10), and a cluster bootstrap of a ratio.
 #include <cstdint>
 #include <vector>
 
@@ -36,6 +36,10 @@ double accuracyDifference(const PairedCounts& counts);
 // random draws depend only on `seed`.
 Interval pairedBootstrap(const std::vector<bool>& first, const std::vector<bool>& second, int resamples,
                          std::uint64_t seed, double level = 0.95);
+// Clustered data (tokens within trajectories): the percentile interval of sum(sums) / sum(counts)
+// over resamples of whole clusters, cluster k contributing sums[k] over counts[k] units.
+Interval clusterBootstrapRatio(const std::vector<double>& sums, const std::vector<double>& counts, int resamples,
+                               std::uint64_t seed, double level = 0.95);
 // Newcombe (1998), method 10: Wilson intervals combined with the phi correlation of the pairs.
 Interval newcombePaired(const PairedCounts& counts, double z = kZ95);
 

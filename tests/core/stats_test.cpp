@@ -76,5 +76,27 @@ TEST(PairedDifference, BootstrapIsSeededAndBracketsTheDifference) {
     EXPECT_EQ(zero.upper, 0.0);
 }
 
+TEST(ClusterBootstrap, ResamplesWholeClustersAndBracketsThePooledRatio) {
+    // 50 clusters (trajectories) of 20 units (tokens): in one cluster in five, 10 of the 20 count.
+    std::vector<double> sums, counts;
+    for (int k = 0; k < 50; ++k) {
+        sums.push_back(k % 5 == 0 ? 10 : 0);
+        counts.push_back(20);
+    }
+    const double pooled = 100.0 / 1000.0;
+    const Interval a = clusterBootstrapRatio(sums, counts, 2000, 3), b = clusterBootstrapRatio(sums, counts, 2000, 3);
+    EXPECT_EQ(a.lower, b.lower);
+    EXPECT_EQ(a.upper, b.upper);
+    EXPECT_LT(a.lower, pooled);
+    EXPECT_GT(a.upper, pooled);
+    // Clusters, not units, are resampled: the interval is that of 50 draws of 0 or 0.5 (sd 0.2 / sqrt
+    // 50 = 0.028), far wider than 1000 independent units would give (sd 0.0095).
+    EXPECT_NEAR(a.upper - a.lower, 2 * kZ95 * 0.2 / std::sqrt(50.0), 0.02);
+    const Interval none = clusterBootstrapRatio({0, 0, 0}, {5, 6, 7}, 100, 1);
+    EXPECT_EQ(none.lower, 0.0);
+    EXPECT_EQ(none.upper, 0.0);
+    EXPECT_THROW(clusterBootstrapRatio({}, {}, 100, 1), UsageError);
+}
+
 }  // namespace
 }  // namespace kvscope::stats

@@ -12,6 +12,7 @@
 #include "core/util/error.h"
 #include "core/util/version.h"
 #include "experiments/runner.h"
+#include "experiments/trajectories.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -553,6 +554,44 @@ TEST(Report, GoldenOutputForAKnownLedger) {
     // McNemar b=2 c=1 -> p = 1, Wilson 0/6 upper 39.0%); a deliberate format change rewrites them.
     EXPECT_EQ(reportMarkdown(r), test::readTextFile(test::testDataDir() + "/golden/report.md"));
     EXPECT_EQ(itemsCsv(items), test::readTextFile(test::testDataDir() + "/golden/items.csv"));
+}
+
+TEST(Replay, MismatchFiguresOfOneTrajectory) {
+    EngineRecord engine;
+    engine.engine = "e";
+    engine.dtype = "bf16";
+    engine.batchSize = 8;
+    engine.logprobs = std::vector<double>{-1.0, -2.0, -0.5, -3.0};
+    const std::vector<int64_t> output = {5, 6, 7, 8};
+    // The replay agrees on step 0, is 0.05 higher on step 1, picks another argmax at step 2 (0.2
+    // lower there) and again at step 3 (exactly equal logprob).
+    const ReplayResult replay{{-1.0, -1.95, -0.7, -3.0}, {1, 1, 0.1, 0.2}, {5, 6, 9, 2}, {1, 1, 2, 3}};
+    const TrajectoryMismatch m = mismatchOf("x", engine, output, replay);
+    EXPECT_EQ(m.tokens, 4);
+    EXPECT_EQ(m.firstArgmaxMismatch, 2);
+    EXPECT_EQ(m.argmaxMismatches, 2);
+    EXPECT_NEAR(m.maxAbsDelta, 0.2, 1e-12);
+    EXPECT_NEAR(m.sumAbsDelta, 0.25, 1e-12);
+    EXPECT_NEAR(m.sumK3, (std::exp(0.05) - 1 - 0.05) + (std::exp(-0.2) - 1 + 0.2), 1e-12);
+    EXPECT_EQ(m.above[0], 2);  // |delta| > 0.01: 0.05 and 0.2
+    EXPECT_EQ(m.above[1], 1);
+    EXPECT_EQ(m.above[2], 0);
+
+    ItemRecord item;
+    item.itemId = "x";
+    item.results.engine = engine;
+    item.results.replays["live/torch/bf16"] = replay;
+    item.trajectories["output"] = output;
+    const nlohmann::json report = replayReportJson({item}, "live/torch/bf16");
+    EXPECT_EQ(report["summary"]["argmax_mismatch_tokens"], 2);
+    EXPECT_EQ(report["summary"]["by_batch_size"]["8"]["tokens"], 4);
+    EXPECT_NEAR(report["trajectories"][0]["tokens"][1]["delta"].get<double>(), 0.05, 1e-12);
+    EXPECT_EQ(replayLabels({item}), std::vector<std::string>{"live/torch/bf16"});
+    // Stored and read back: the same values.
+    const ItemResults back = itemResultsFromJson(toJson(item.results), "test");
+    EXPECT_TRUE(sameResults(back, item.results));
+    EXPECT_EQ(back.replays.at("live/torch/bf16").argmaxes, replay.argmaxes);
+    EXPECT_EQ(*back.engine->logprobs, *engine.logprobs);
 }
 
 }  // namespace

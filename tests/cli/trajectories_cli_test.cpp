@@ -1,0 +1,244 @@
+// SPDX-License-Identifier: MIT
+// `kvscope import` and `kvscope replay`: another engine's trajectories stored as a run and replayed
+// token by token. kvscope's own greedy trajectories (from `generate --json`) stand in for the engine:
+// their logprobs are known exactly, so the construction that made them must reproduce them exactly.
+#include "experiments/ledger.h"
+#include "support/test_support.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace kvscope {
+namespace {
+
+using nlohmann::json;
+using test::runCli;
+using test::shellQuote;
+
+const char* const kPrompts[] = {"1,2,3,4,5", "7,8,9", "11,12,13,14,15,16,17"};
+
+// One trajectory line in the import format from `kvscope generate --json` on `model`.
+json trajectoryFromGenerate(const std::string& model, const std::string& id, const std::string& prompt,
+                            const std::string& kernels) {
+    const auto r = runCli("generate --model " + shellQuote(model) + " --prompt-ids " + prompt +
+                          " --max-new-tokens 24 --dtype bf16 --threads 1 --json --kernels " + kernels);
+    EXPECT_EQ(r.exitCode, 0) << r.err;
+    const json g = json::parse(r.out);
+    json logprobs = json::array();
+    for (const json& step : g["steps"]) logprobs.push_back(step["logprob"]);
+    return {{"id", id},
+            {"prompt_ids", g["prompt_ids"]},
+            {"output_ids", g["generated_ids"]},
+            {"logprobs", logprobs},
+            {"top_logprobs", nullptr},
+            {"engine", "kvscope generate"},
+            {"dtype", "bf16"},
+            {"batch_size", 1},
+            {"temperature", 0.0},
+            {"answer", nullptr}};
+}
+
+std::vector<json> kvscopeTrajectories(const std::string& model, const std::string& kernels) {
+    std::vector<json> lines;
+    for (std::size_t k = 0; k < std::size(kPrompts); ++k)
+        lines.push_back(trajectoryFromGenerate(model, "t" + std::to_string(k), kPrompts[k], kernels));
+    return lines;
+}
+
+std::string writeLines(const test::TempDir& dir, const std::string& name, const std::vector<json>& lines) {
+    std::string text;
+    for (const json& line : lines) text += line.dump() + "\n";
+    test::writeTextFile(dir.file(name), text);
+    return dir.file(name);
+}
+
+// `kvscope import`; returns the run id it prints.
+std::string importRun(const std::string& file, const std::string& db, const std::string& model) {
+    const auto r =
+        runCli("import " + shellQuote(file) + " --ledger " + shellQuote(db) + " --model " + shellQuote(model));
+    EXPECT_EQ(r.exitCode, 0) << r.err;
+    return r.out.substr(0, r.out.find('\n'));
+}
+
+json replay(const std::string& db, const std::string& run, const std::string& flags) {
+    const auto r = runCli("replay " + shellQuote(db) + " --run " + run + " --threads 1 --json " + flags);
+    EXPECT_EQ(r.exitCode, 0) << r.err;
+    return r.exitCode == 0 ? json::parse(r.out) : json();
+}
+
+std::vector<double> replayedLogprobs(const json& report) {
+    std::vector<double> out;
+    for (const json& t : report["trajectories"])
+        for (const json& token : t["tokens"]) out.push_back(token["logprob"].get<double>());
+    return out;
+}
+
+TEST(Replay, TheConstructionThatMadeKvscopesTrajectoriesReproducesTheirLogprobsExactly) {
+    test::TempDir dir;
+    const std::string model = test::tinyModel("qwen2-wide");
+    const std::string db = dir.file("l.db");
+    const std::string run = importRun(writeLines(dir, "torch.jsonl", kvscopeTrajectories(model, "torch")), db, model);
+
+    const json live = replay(db, run, "--reference live");
+    EXPECT_EQ(live["label"], "live/torch/bf16");
+    EXPECT_EQ(live["summary"]["trajectories"], 3);
+    EXPECT_EQ(live["summary"]["tokens"], 72);
+    for (const json& t : live["trajectories"]) {
+        EXPECT_TRUE(t["first_argmax_mismatch"].is_null()) << t["id"] << ": greedy tokens are the live argmax";
+        for (const json& token : t["tokens"]) {
+            EXPECT_EQ(token["delta"].get<double>(), 0.0) << t["id"] << ": live decoding made these logprobs";
+            EXPECT_EQ(token["rank"], 1);
+        }
+    }
+    // The trainer's view of the same tokens: one forward. Torch kernels part bits from live decoding
+    // on this model (test_support.h), and the replay sees it in the logprobs.
+    const json prefill = replay(db, run, "--reference prefill");
+    EXPECT_GT(prefill["summary"]["max_abs_delta"].get<double>(), 0.0);
+    EXPECT_EQ(prefill["summary"]["by_batch_size"]["1"]["tokens"], 72);
+}
+
+TEST(Replay, WithInvariantKernelsLivePrefillAndChunkedAreOneConstruction) {
+    test::TempDir dir;
+    const std::string model = test::tinyModel("qwen2-wide");
+    const std::string db = dir.file("l.db");
+    const auto lines = kvscopeTrajectories(model, "invariant");
+    const std::string run = importRun(writeLines(dir, "inv.jsonl", lines), db, model);
+    std::vector<double> engine;
+    for (const json& line : lines)
+        for (const json& lp : line["logprobs"]) engine.push_back(lp.get<double>());
+    for (const char* reference : {"live", "prefill", "chunked:1", "chunked:4"}) {
+        const json r = replay(db, run, std::string("--kernels invariant --reference ") + reference);
+        EXPECT_EQ(replayedLogprobs(r), engine) << reference;
+        EXPECT_EQ(r["summary"]["max_abs_delta"], 0.0) << reference;
+    }
+}
+
+TEST(Replay, APlantedWrongTokenIsFoundAtItsIndex) {
+    test::TempDir dir;
+    const std::string model = test::tinyModel("qwen2");
+    auto lines = kvscopeTrajectories(model, "invariant");
+    auto& output = lines[1]["output_ids"];
+    const int64_t planted = (output[9].get<int64_t>() + 1) % 100;
+    output[9] = planted;
+    const std::string db = dir.file("l.db");
+    const std::string run = importRun(writeLines(dir, "planted.jsonl", lines), db, model);
+    const json r = replay(db, run, "--kernels invariant --reference live");
+    const json& t = r["trajectories"][1];
+    EXPECT_EQ(t["first_argmax_mismatch"], 9);
+    EXPECT_GT(t["tokens"][9]["rank"].get<int64_t>(), 1);
+    EXPECT_NE(t["tokens"][9]["delta"].get<double>(), 0.0);
+    EXPECT_TRUE(r["trajectories"][0]["first_argmax_mismatch"].is_null());
+    EXPECT_EQ(r["summary"]["trajectories_with_argmax_mismatch"], 1);
+}
+
+TEST(Replay, ResumesAndRefusesAnotherModelAStudyRunAndUnbuiltChoices) {
+    test::TempDir dir;
+    const std::string model = test::tinyModel("qwen2");
+    const std::string db = dir.file("l.db");
+    const std::string run = importRun(writeLines(dir, "t.jsonl", kvscopeTrajectories(model, "torch")), db, model);
+    const auto first = runCli("replay " + shellQuote(db) + " --run " + run + " --json");
+    ASSERT_EQ(first.exitCode, 0) << first.err;
+    EXPECT_NE(first.err.find("3/3 t2"), std::string::npos) << first.err;
+    const auto again = runCli("replay " + shellQuote(db) + " --run " + run + " --json");
+    EXPECT_EQ(again.exitCode, 0);
+    EXPECT_EQ(again.err.find("1/"), std::string::npos) << "nothing left to replay: " << again.err;
+    EXPECT_EQ(again.out, first.out);
+
+    const auto other =
+        runCli("replay " + shellQuote(db) + " --run " + run + " --model " + shellQuote(test::tinyModel("llama")));
+    EXPECT_EQ(other.exitCode, 1);
+    EXPECT_NE(other.err.find("not the model run " + run + " was imported with"), std::string::npos) << other.err;
+    for (const auto& [flags, message] : std::vector<std::pair<std::string, std::string>>{
+             {"--run " + run + " --precision layercast", "not implemented yet"},
+             {"--run " + run + " --precision fp64", "expected bf16 or fp32"},
+             {"--run " + run + " --reference chunked:0", "expected prefill, live or chunked:N"},
+             {"--run 0000000000000000", "no run '0000000000000000' in this ledger"}}) {
+        const auto r = runCli("replay " + shellQuote(db) + " " + flags);
+        EXPECT_EQ(r.exitCode, 2) << flags;
+        EXPECT_NE(r.err.find(message), std::string::npos) << flags << ": " << r.err;
+    }
+
+    experiments::Ledger(db).createRun("5757575757575757", {{"identity", {{"config", {{"name", "a study"}}}}}});
+    const auto study = runCli("replay " + shellQuote(db) + " --run 5757575757575757");
+    EXPECT_EQ(study.exitCode, 2);
+    EXPECT_NE(study.err.find("is a study, not imported trajectories"), std::string::npos) << study.err;
+
+    const auto report = runCli("report " + shellQuote(db) + " --run " + run + " --format json");
+    ASSERT_EQ(report.exitCode, 0) << report.err;
+    const json j = json::parse(report.out);
+    EXPECT_EQ(j["source"], "external");
+    EXPECT_EQ(j["replays"]["prefill/torch/bf16"]["summary"]["trajectories"], 3);
+    const auto csv = runCli("report " + shellQuote(db) + " --run " + run + " --format csv");
+    EXPECT_NE(csv.out.find("prefill/torch/bf16,t2,1,"), std::string::npos) << csv.out;
+}
+
+TEST(Import, RefusesEachMalformedLineKindNamingFileLineAndFieldAndStoresNothing) {
+    test::TempDir dir;
+    const std::string model = test::tinyModel("qwen2");
+    const json good = {{"id", "a"},
+                       {"prompt_ids", {1, 2}},
+                       {"output_ids", {3, 4}},
+                       {"logprobs", {-0.5, -1.0}},
+                       {"top_logprobs", {{{3, -0.5}}, {{4, -1.0}, {5, -2.0}}}},
+                       {"engine", "vllm"},
+                       {"dtype", "bf16"},
+                       {"batch_size", 8},
+                       {"temperature", 1.0},
+                       {"answer", "7"}};
+    auto with = [&](const char* key, const json& value) {
+        json line = good;
+        line["id"] = "b";
+        line[key] = value;
+        return line.dump();
+    };
+    json missing = good;
+    missing["id"] = "b";
+    missing.erase("engine");
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {with("output_ids", {3, 100000}), "field 'output_ids' entry 1 is 100000, outside the model's"},
+        {with("prompt_ids", {1, 2.5}), "field 'prompt_ids': expected a token id"},
+        {with("output_ids", json::array()), "field 'output_ids' must hold at least one token id"},
+        {with("logprobs", {-0.5}), "field 'logprobs' has 1 entries; output_ids has 2"},
+        {with("logprobs", {-0.5, nullptr}), "field 'logprobs' entry 1 is null: NaN is not a log-probability"},
+        {R"({"id": "b", "prompt_ids": [1], "output_ids": [3], "logprobs": [NaN], "engine": "e", "dtype": "bf16"})",
+         "NaN and Infinity are not JSON numbers"},
+        {with("logprobs", {-0.5, 0.25}), "field 'logprobs' entry 1 is 0.25: a log-probability is never positive"},
+        {with("top_logprobs", {{{3, -0.5}}}), "field 'top_logprobs' has 1 entries; output_ids has 2"},
+        {with("top_logprobs", {{{3}}, {{4, -1.0}}}),
+         "field 'top_logprobs' entry 0 must be a list of [id, logprob] pairs"},
+        {with("batch_size", 0), "field 'batch_size' must be null or an integer >= 1"},
+        {with("temperature", -1), "field 'temperature' must be null or a number >= 0"},
+        {missing.dump(), "field 'engine' is missing"},
+        {good.dump(), "field 'id' repeats 'a'"},
+        {"[1, 2]", "expected one JSON object per line"},
+        {"{\"id\": ", "not valid JSON"},
+    };
+    for (const auto& [line, message] : cases) {
+        const std::string file = dir.file("bad.jsonl"), db = dir.file("never.db");
+        test::writeTextFile(file, good.dump() + "\n" + line + "\n");
+        const auto r =
+            runCli("import " + shellQuote(file) + " --ledger " + shellQuote(db) + " --model " + shellQuote(model));
+        EXPECT_EQ(r.exitCode, 1) << line;
+        EXPECT_NE(r.err.find(file + ":2: "), std::string::npos) << r.err;
+        EXPECT_NE(r.err.find(message), std::string::npos) << line << "\n" << r.err;
+        EXPECT_FALSE(std::filesystem::exists(db)) << "nothing is written for a refused file";
+        EXPECT_FALSE(std::filesystem::exists(db + ".lock"));
+    }
+    // Into a ledger that holds a run already: the refused file adds nothing to it.
+    const std::string db = dir.file("l.db");
+    test::writeTextFile(dir.file("ok.jsonl"), good.dump() + "\n");
+    importRun(dir.file("ok.jsonl"), db, model);
+    test::writeTextFile(dir.file("bad.jsonl"), with("logprobs", {-0.5, 0.25}) + "\n");
+    EXPECT_EQ(runCli("import " + shellQuote(dir.file("bad.jsonl")) + " --ledger " + shellQuote(db) + " --model " +
+                     shellQuote(model))
+                  .exitCode,
+              1);
+    EXPECT_EQ(experiments::Ledger(db, experiments::LedgerAccess::ReadOnly).runs().size(), 1u);
+}
+
+}  // namespace
+}  // namespace kvscope
