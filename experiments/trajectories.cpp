@@ -477,7 +477,7 @@ std::string replayReportMarkdown(const json& report) {
            "| mean abs delta logprob (95% CI) | max abs delta | k3 KL | share abs delta > 0.01 / 0.1 / 1 |\n"
         << "|---|---|---|---|---|---|---|---|---|\n";
     summaryRow(out, "all", s);
-    if (s.contains("by_batch_size"))
+    if (s.contains("by_batch_size") && s["by_batch_size"].size() > 1)  // one size: the same row again
         for (const auto& [size, group] : s["by_batch_size"].items()) summaryRow(out, "batch size " + size, group);
     out << "\n";
     return out.str();
