@@ -77,7 +77,7 @@ std::vector<double> replayedLogprobs(const json& report) {
     return out;
 }
 
-TEST(Replay, TheConstructionThatMadeKvscopesTrajectoriesReproducesTheirLogprobsExactly) {
+TEST(ReplayCli, TheConstructionThatMadeKvscopesTrajectoriesReproducesTheirLogprobsExactly) {
     test::TempDir dir;
     const std::string model = test::tinyModel("qwen2-wide");
     const std::string db = dir.file("l.db");
@@ -94,14 +94,24 @@ TEST(Replay, TheConstructionThatMadeKvscopesTrajectoriesReproducesTheirLogprobsE
             EXPECT_EQ(token["rank"], 1);
         }
     }
-    // The trainer's view of the same tokens: one forward. Torch kernels part bits from live decoding
-    // on this model (test_support.h), and the replay sees it in the logprobs.
-    const json prefill = replay(db, run, "--reference prefill");
-    EXPECT_GT(prefill["summary"]["max_abs_delta"].get<double>(), 0.0);
-    EXPECT_EQ(prefill["summary"]["by_batch_size"]["1"]["tokens"], 72);
 }
 
-TEST(Replay, WithInvariantKernelsLivePrefillAndChunkedAreOneConstruction) {
+TEST(ReplayCli, AOneForwardReplaySeesWhereTorchKernelsPartLiveFromPrefill) {
+    test::TempDir dir;
+    const std::string model = test::tinyModel("qwen2-wide");
+    const std::string db = dir.file("l.db");
+    const std::string run = importRun(writeLines(dir, "torch.jsonl", kvscopeTrajectories(model, "torch")), db, model);
+    // The trainer's view of the live decoder's tokens: one forward, whose logprobs differ where torch
+    // kernels give a prefill other bits than decoding (test_support.h: not on every CPU and libtorch).
+    const json prefill = replay(db, run, "--reference prefill");
+    EXPECT_EQ(prefill["summary"]["by_batch_size"]["1"]["tokens"], 72);
+    if (prefill["summary"]["max_abs_delta"].get<double>() == 0.0)
+        GTEST_SKIP() << test::noSplitHere("the one-forward logprobs equal the live ones bit for bit");
+    const json live = replay(db, run, "--reference live");
+    EXPECT_EQ(live["summary"]["max_abs_delta"], 0.0) << "decoding made them";
+}
+
+TEST(ReplayCli, WithInvariantKernelsLivePrefillAndChunkedAreOneConstruction) {
     test::TempDir dir;
     const std::string model = test::tinyModel("qwen2-wide");
     const std::string db = dir.file("l.db");
@@ -117,7 +127,7 @@ TEST(Replay, WithInvariantKernelsLivePrefillAndChunkedAreOneConstruction) {
     }
 }
 
-TEST(Replay, APlantedWrongTokenIsFoundAtItsIndex) {
+TEST(ReplayCli, APlantedWrongTokenIsFoundAtItsIndex) {
     test::TempDir dir;
     const std::string model = test::tinyModel("qwen2");
     auto lines = kvscopeTrajectories(model, "invariant");
@@ -135,7 +145,7 @@ TEST(Replay, APlantedWrongTokenIsFoundAtItsIndex) {
     EXPECT_EQ(r["summary"]["trajectories_with_argmax_mismatch"], 1);
 }
 
-TEST(Replay, ResumesAndRefusesAnotherModelAStudyRunAndUnbuiltChoices) {
+TEST(ReplayCli, ResumesAndRefusesAnotherModelAStudyRunAndUnbuiltChoices) {
     test::TempDir dir;
     const std::string model = test::tinyModel("qwen2");
     const std::string db = dir.file("l.db");
@@ -176,7 +186,7 @@ TEST(Replay, ResumesAndRefusesAnotherModelAStudyRunAndUnbuiltChoices) {
     EXPECT_NE(csv.out.find("prefill/torch/bf16,t2,1,"), std::string::npos) << csv.out;
 }
 
-TEST(Import, RefusesEachMalformedLineKindNamingFileLineAndFieldAndStoresNothing) {
+TEST(ImportCli, RefusesEachMalformedLineKindNamingFileLineAndFieldAndStoresNothing) {
     test::TempDir dir;
     const std::string model = test::tinyModel("qwen2");
     const json good = {{"id", "a"},
