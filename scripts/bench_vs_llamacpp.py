@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """The figures of scripts/bench-vs-llamacpp.sh: ratios within one run, and the docs table from its files.
 
-  bench_vs_llamacpp.py collate DIR --rounds N --threads N --kvscope-version V --llamacpp-package P
+  bench_vs_llamacpp.py collate DIR --rounds N --threads N --model M --kvscope-version V --llamacpp-package P
                        --llamacpp-commit C --out FILE
       reads DIR/llamacpp-R.json (llama-bench -o json) and DIR/kvscope-R.json (kvscope bench --json)
       of rounds 1..N, prints each round's ratios and their median and range, writes FILE (JSON).
@@ -26,6 +26,8 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+MODELS = {"qwen-shape": "random Qwen2.5-0.5B shape (kvscope bench's), F32 and BF16 GGUFs of the same values",
+          "smollm2": "SmolLM2-135M-Instruct (tests/data/smollm2-135m-instruct), F32 and BF16 GGUFs of the same values"}
 DTYPES = {"F32": "fp32", "BF16": "bf16"}  # the GGUF type in llama-bench's model file name -> kvscope's
 # The issue's targets (2 threads, Qwen2.5-0.5B shape), checked in every round.
 TARGETS = {
@@ -107,8 +109,8 @@ def span(figure, percent=False):
 def print_run(result):
     print(f"# kvscope vs llama.cpp: {result['cpu_model']} ({' '.join(result['instruction_sets'])}), "
           f"{result['threads']} threads")
-    print(f"{result['kvscope_version']}, {result['libtorch']}; llama.cpp {result['llamacpp_commit']} "
-          f"({result['llamacpp_package']})\n")
+    print(f"{result['model']}; {result['kvscope_version']}, libtorch {result['libtorch']}; llama.cpp "
+          f"{result['llamacpp_commit']} ({result['llamacpp_package']})\n")
     for rnd in result["rounds"]:
         bw = rnd["bandwidth"]
         print(f"round {rnd['round']} ({rnd['order']}; bound {bw['bound_bandwidth_gb_per_s']:.1f} GB/s): " + "; ".join(
@@ -131,7 +133,7 @@ def collate(args):
               "cpu_features": bench["cpu_features"], "threads": args.threads,
               "kvscope_version": args.kvscope_version, "libtorch": bench["libtorch"],
               "llamacpp_package": args.llamacpp_package, "llamacpp_commit": args.llamacpp_commit,
-              "model": "random Qwen2.5-0.5B shape (kvscope bench's), F32 and BF16 GGUFs of the same values",
+              "model_name": args.model, "model": MODELS[args.model],
               "prompt_tokens": 512, "llamacpp_decode_tokens": 64, "kvscope_decode_tokens": 32,
               "rounds": list(rounds), "summary": summarize(rounds)}
     args.out.write_text(json.dumps(result, indent=1) + "\n")
@@ -146,17 +148,18 @@ def cpu_kind(result):
 def tables(results):
     """One Markdown table per CPU kind, oldest file first."""
     kinds = {}
-    for result in sorted(results, key=lambda r: r["date"]):
+    for result in sorted(results, key=lambda r: (r["date"], r.get("model_name", "qwen-shape"))):
         kinds.setdefault(cpu_kind(result), []).append(result)
     out = []
     for kind, runs in kinds.items():
         out += [f"#### {kind}", "",
-                "| date | kvscope | llama.cpp | threads | dtype, kernels | prefill / llama.cpp "
+                "| date | model | kvscope | llama.cpp | threads | dtype, kernels | prefill / llama.cpp "
                 "| decode / llama.cpp | decode, of the bound | llama.cpp decode, of the bound |",
-                "|---|---|---|---|---|---|---|---|---|"]
+                "|---|---|---|---|---|---|---|---|---|---|"]
         for result in runs:
             for s in result["summary"]:
-                out.append(f"| {result['date']} | {result['kvscope_version']} | {result['llamacpp_commit']} "
+                out.append(f"| {result['date']} | {result.get('model_name', 'qwen-shape')} | {result['kvscope_version']} "
+                           f"| {result['llamacpp_commit']} "
                            f"| {result['threads']} | {s['dtype']}, {s['kernels']} | {span(s['prefill_vs_llamacpp'])} "
                            f"| {span(s['decode_vs_llamacpp'])} | {span(s['decode_of_bound'], True)} "
                            f"| {span(s['llamacpp_decode_of_bound'], True)} |")
@@ -165,7 +168,7 @@ def tables(results):
 
 
 def latest_row(results):
-    newest = max(results, key=lambda r: r["date"])
+    newest = max((r for r in results if r.get("model_name", "qwen-shape") == "qwen-shape"), key=lambda r: r["date"])
     row = next(s for s in newest["summary"] if s["dtype"] == "bf16" and s["kernels"] == "invariant")
     return (f"Against llama.cpp {newest['llamacpp_commit']} ({newest['date']}, {newest['cpu_model']}, "
             f"{newest['threads']} threads, Qwen2.5-0.5B shape, bf16, invariant kernels): prefill "
@@ -200,6 +203,7 @@ def main():
     c.add_argument("dir", type=Path)
     c.add_argument("--rounds", type=int, required=True)
     c.add_argument("--threads", type=int, required=True)
+    c.add_argument("--model", choices=list(MODELS), required=True)
     c.add_argument("--kvscope-version", required=True)
     c.add_argument("--llamacpp-package", required=True)
     c.add_argument("--llamacpp-commit", required=True)
