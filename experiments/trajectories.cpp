@@ -116,7 +116,8 @@ public:
     std::optional<double> temperature() const {
         const json* v = optional("temperature");
         if (!v) return std::nullopt;
-        if (!v->is_number() || !(v->get<double>() >= 0)) fail("temperature", "must be null or a number >= 0");
+        if (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() < 0)
+            fail("temperature", "must be null or a finite number >= 0");
         return v->get<double>();
     }
     std::optional<std::string> answer() const {
@@ -133,12 +134,16 @@ private:
 };
 
 ImportedTrajectory parseLine(const std::string& text, const std::string& where, int64_t vocabSize) {
-    const json object = json::parse(text, nullptr, false);
-    if (object.is_discarded()) {
+    json object;
+    try {
+        object = json::parse(text);
+    } catch (const json::exception& e) {  // parse errors, and numbers beyond a double's range
         const bool nonFinite = text.find("NaN") != std::string::npos || text.find("Infinity") != std::string::npos;
-        throw FormatError(where + (nonFinite ? ": not valid JSON (NaN and Infinity are not JSON numbers; a "
-                                               "log-probability must be finite)"
-                                             : ": not valid JSON"));
+        throw FormatError(where + ": not valid JSON (" +
+                          (nonFinite ? std::string("NaN and Infinity are not JSON numbers; a log-probability must "
+                                                   "be finite")
+                                     : std::string(e.what())) +
+                          ")");
     }
     if (!object.is_object()) throw FormatError(where + ": expected one JSON object per line");
     const LineFields f(object, where, vocabSize);

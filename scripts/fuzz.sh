@@ -14,7 +14,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 mode="${1:-check}"
-harnesses=(safetensors config sharded_index tokenizer cache_file experiment_toml dataset_jsonl cli_parsers chat_template gguf)
+harnesses=(safetensors config sharded_index tokenizer cache_file experiment_toml dataset_jsonl cli_parsers chat_template gguf
+  trajectories_jsonl)
 
 install_clang() {  # clang and the libFuzzer runtime of the same major version (Debian 12: 14, 13: 19)
   local missing=()
