@@ -27,7 +27,6 @@ public:
     TokenPane* livePane() const { return live_; }
     TokenPane* prefillPane() const { return prefill_; }
     TokenPane* transplantPane() const { return transplant_; }
-    QCustomPlot* marginPlot() const { return plot_; }
     int divergenceIndex() const { return divergence_; }  // in the continuations; -1 when equal
     // The "compare any two" controls.
     void setSides(const SideSpec& a, const SideSpec& b);

@@ -21,7 +21,6 @@ public:
                  int64_t maxDisplayColumns = 2048);
     const HeatmapGrid& grid() const { return grid_; }
     const DisplayGrid& displayed() const { return display_; }
-    QCPColorMap* colorMap() const { return map_; }
     // With nothing to draw (no rows or no positions) the plot shows this sentence instead of an
     // empty map with made-up axes.
     void setEmptyText(const QString& text);

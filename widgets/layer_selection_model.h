@@ -24,8 +24,6 @@ public:
     void selectFirstHalf() { selectRange(0, layerCount() / 2, true, true); }
     void selectSecondHalf() { selectRange(layerCount() / 2, layerCount(), true, true); }
 
-    bool keysChecked(int layer) const { return keys_.at(static_cast<std::size_t>(layer)); }
-    bool valuesChecked(int layer) const { return values_.at(static_cast<std::size_t>(layer)); }
     std::vector<int64_t> layersWithKeys() const;
     std::vector<int64_t> layersWithValues() const;
 

@@ -29,7 +29,6 @@ public:
     bool selectItem(const QString& itemId);  // false when the current run has no such item
     const experiments::RunInfo* currentRun() const;
 
-    RunTableModel* runModel() const { return runs_; }
     ItemTableModel* itemModel() const { return items_; }
     ItemFilterProxy* itemProxy() const { return proxy_; }
     QTableView* itemView() const { return itemView_; }

@@ -135,13 +135,6 @@ void LedgerSummaryView::onBarClicked(ItemMeasure measure, int index) {
     emit rangeChanged(range_);
 }
 
-void LedgerSummaryView::clearRange() {
-    if (!range_.active) return;
-    range_ = {};
-    highlight();
-    emit rangeChanged(range_);
-}
-
 void LedgerSummaryView::highlight() {
     for (const ItemMeasure measure : {ItemMeasure::FirstDivergence, ItemMeasure::MarginAtDivergence}) {
         auto* graph = static_cast<QCPBars*>(plot(measure)->plottable(0));

@@ -27,7 +27,6 @@ class LedgerSummaryView : public QWidget {
 public:
     explicit LedgerSummaryView(QWidget* parent = nullptr);
     void setItems(const std::vector<experiments::ItemRecord>& items);
-    void clearRange();  // unhighlights; emits rangeChanged with an inactive range if one was active
 
     const ItemRange& range() const { return range_; }
     QString summaryText() const;
