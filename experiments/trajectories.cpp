@@ -271,19 +271,35 @@ json summaryOf(const std::vector<TrajectoryMismatch>& all) {
             {"share_abs_delta_above", shares}};
 }
 
-json tokensJson(const EngineRecord& engine, const ReplayResult& replay) {
+// Each token's figures; "delta_vs": its logprob minus that of each other replay the item holds.
+json tokensJson(const EngineRecord& engine, const std::string& label,
+                const std::map<std::string, ReplayResult>& replays) {
+    const ReplayResult& replay = replays.at(label);
     json tokens = json::array();
     for (std::size_t i = 0; i < replay.logprobs.size(); ++i) {
         const bool given = engine.logprobs.has_value();
         const double theirs = given ? (*engine.logprobs)[i] : 0.0;
+        json versus = json::object();
+        for (const auto& [other, result] : replays)
+            if (other != label && i < result.logprobs.size()) versus[other] = replay.logprobs[i] - result.logprobs[i];
         tokens.push_back({{"logprob", replay.logprobs[i]},
                           {"engine_logprob", nullableNumber(given, theirs)},
                           {"delta", nullableNumber(given, replay.logprobs[i] - theirs)},
+                          {"delta_vs", versus},
                           {"argmax", replay.argmaxes[i]},
                           {"margin", replay.margins[i]},
                           {"rank", replay.ranks[i]}});
     }
     return tokens;
+}
+
+// The largest |logprob difference| against each other replay of the item, over its tokens.
+json maxAbsDeltaVersus(const json& tokens) {
+    json out = json::object();
+    for (const json& token : tokens)
+        for (const auto& [other, delta] : token["delta_vs"].items())
+            out[other] = std::max(out.value(other, 0.0), std::abs(delta.get<double>()));
+    return out;
 }
 
 std::string fixed(const json& v, int digits) {
@@ -456,6 +472,7 @@ json replayReportJson(const std::vector<ItemRecord>& items, const std::string& l
         all.push_back(m);
         if (m.batchSize) byBatch[*m.batchSize].push_back(m);
         const double n = static_cast<double>(std::max<int64_t>(m.tokens, 1));
+        const json tokens = tokensJson(engine, label, item.results.replays);
         trajectories.push_back(
             {{"id", m.id},
              {"batch_size", m.batchSize ? json(*m.batchSize) : json(nullptr)},
@@ -463,7 +480,8 @@ json replayReportJson(const std::vector<ItemRecord>& items, const std::string& l
              {"max_abs_delta", nullableNumber(m.hasEngineLogprobs, m.maxAbsDelta)},
              {"mean_abs_delta", nullableNumber(m.hasEngineLogprobs, m.sumAbsDelta / n)},
              {"k3", nullableNumber(m.hasEngineLogprobs, m.sumK3 / n)},
-             {"tokens", tokensJson(engine, replay->second)}});
+             {"max_abs_delta_vs", maxAbsDeltaVersus(tokens)},
+             {"tokens", tokens}});
     }
     json summary = summaryOf(all);
     if (!byBatch.empty()) {

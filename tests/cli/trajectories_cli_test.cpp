@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -109,6 +110,11 @@ TEST(ReplayCli, AOneForwardReplaySeesWhereTorchKernelsPartLiveFromPrefill) {
         GTEST_SKIP() << test::noSplitHere("the one-forward logprobs equal the live ones bit for bit");
     const json live = replay(db, run, "--reference live");
     EXPECT_EQ(live["summary"]["max_abs_delta"], 0.0) << "decoding made them";
+    // Live replays the engine exactly, so live against prefill is the engine against prefill.
+    double largest = 0;
+    for (const json& t : live["trajectories"])
+        largest = std::max(largest, t["max_abs_delta_vs"]["prefill/torch/bf16"].get<double>());
+    EXPECT_EQ(largest, prefill["summary"]["max_abs_delta"].get<double>());
 }
 
 TEST(ReplayCli, WithInvariantKernelsLivePrefillAndChunkedAreOneConstruction) {
@@ -124,6 +130,12 @@ TEST(ReplayCli, WithInvariantKernelsLivePrefillAndChunkedAreOneConstruction) {
         const json r = replay(db, run, std::string("--kernels invariant --reference ") + reference);
         EXPECT_EQ(replayedLogprobs(r), engine) << reference;
         EXPECT_EQ(r["summary"]["max_abs_delta"], 0.0) << reference;
+    }
+    // Every replay stored so far, against the last one: the same logprobs.
+    const json last = replay(db, run, "--kernels invariant --reference chunked:4");
+    for (const json& t : last["trajectories"]) {
+        EXPECT_EQ(t["max_abs_delta_vs"].size(), 3u);
+        for (const auto& [other, delta] : t["max_abs_delta_vs"].items()) EXPECT_EQ(delta, 0.0) << other;
     }
 }
 
