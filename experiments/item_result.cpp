@@ -85,8 +85,10 @@ private:
     std::string where_;
 };
 
-json nullable(const std::optional<int64_t>& v) { return v ? json(*v) : json(nullptr); }
-json nullable(const std::optional<std::string>& v) { return v ? json(*v) : json(nullptr); }
+template <typename T>
+json nullable(const std::optional<T>& v) {
+    return v ? json(*v) : json(nullptr);
+}
 
 StopReason readStopReason(const Fields& f) {
     const std::string name = f.text("stop_reason");
@@ -147,22 +149,13 @@ json localizeJson(const LocalizeResult& l) {
 }
 
 json engineJson(const EngineRecord& e) {
-    json top = nullptr;
-    if (e.topLogprobs) {
-        top = json::array();
-        for (const auto& entries : *e.topLogprobs) {
-            json step = json::array();
-            for (const auto& [id, logprob] : entries) step.push_back({id, logprob});
-            top.push_back(step);
-        }
-    }
     return {{"engine", e.engine},
             {"dtype", e.dtype},
             {"batch_size", nullable(e.batchSize)},
-            {"temperature", e.temperature ? json(*e.temperature) : json(nullptr)},
+            {"temperature", nullable(e.temperature)},
             {"answer", nullable(e.answer)},
-            {"logprobs", e.logprobs ? json(*e.logprobs) : json(nullptr)},
-            {"top_logprobs", top}};
+            {"logprobs", nullable(e.logprobs)},
+            {"top_logprobs", nullable(e.topLogprobs)}};  // (id, logprob) pairs as [id, logprob]
 }
 
 json replayJson(const ReplayResult& r) {

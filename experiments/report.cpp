@@ -170,15 +170,6 @@ std::string csvFlag(const MatchedResult* m, bool MatchedResult::* flag) {
     return csvField(m ? std::optional<bool>(m->*flag) : std::nullopt);
 }
 
-// `x` with `digits` decimals; "-" where the report holds no number (an empty table's null).
-std::string fixedText(const json& x, int digits) {
-    if (!x.is_number()) return "-";
-    std::ostringstream o;
-    o.precision(digits);
-    o << std::fixed << x.get<double>();
-    return o.str();
-}
-
 std::string percentText(const json& fraction) {
     return fraction.is_number() ? fixedText(100 * fraction.get<double>(), 1) + "%" : "-";
 }
@@ -261,6 +252,14 @@ std::string environmentMarkdown(const json& r) {
 }
 
 }  // namespace
+
+std::string fixedText(const json& x, int digits) {
+    if (!x.is_number()) return "-";
+    std::ostringstream o;
+    o.precision(digits);
+    o << std::fixed << x.get<double>();
+    return o.str();
+}
 
 std::string clockTime(double seconds) {
     const auto total = std::llround(seconds);

@@ -70,6 +70,8 @@ std::vector<HistogramBar> histogramOf(const std::vector<ItemRecord>& items, Item
 
 // A duration as H:MM:SS (rounded to the second), as the report and the CLI's progress print it.
 std::string clockTime(double seconds);
+// A report number with `digits` decimals; "-" where the report holds none (null).
+std::string fixedText(const nlohmann::json& x, int digits);
 
 nlohmann::json buildReport(const std::vector<ItemRecord>& items, const RunInfo& run);
 std::string reportMarkdown(const nlohmann::json& report);

@@ -2,6 +2,7 @@
 #include "experiments/trajectories.h"
 
 #include "experiments/manifest.h"
+#include "experiments/report.h"
 
 #include "core/model/checkpoint.h"
 #include "core/model/transformer.h"
@@ -302,30 +303,21 @@ json maxAbsDeltaVersus(const json& tokens) {
     return out;
 }
 
-std::string fixed(const json& v, int digits) {
-    if (v.is_null()) return "-";
-    std::ostringstream out;
-    out.setf(std::ios::fixed);
-    out.precision(digits);
-    out << v.get<double>();
-    return out.str();
-}
-
-std::string intervalText(const json& ci, int digits) {
-    return ci.is_null() ? "" : " [" + fixed(ci[0], digits) + ", " + fixed(ci[1], digits) + "]";
+// " [lower, upper]" of a 95% interval times `scale`, or nothing where there is none.
+std::string intervalText(const json& ci, int digits, double scale = 1) {
+    if (ci.is_null()) return "";
+    return " [" + fixedText(scale * ci[0].get<double>(), digits) + ", " +
+           fixedText(scale * ci[1].get<double>(), digits) + "]";
 }
 
 void summaryRow(std::ostringstream& out, const std::string& what, const json& s) {
+    const json& above = s["share_abs_delta_above"];
     out << "| " << what << " | " << s["trajectories"] << " | " << s["tokens"] << " | "
-        << fixed(s["argmax_mismatch_share"].get<double>() * 100, 2) << "%"
-        << (s["argmax_mismatch_share_ci95"].is_null()
-                ? ""
-                : " [" + fixed(s["argmax_mismatch_share_ci95"][0].get<double>() * 100, 2) + ", " +
-                      fixed(s["argmax_mismatch_share_ci95"][1].get<double>() * 100, 2) + "]")
-        << " | " << s["trajectories_with_argmax_mismatch"] << " | " << fixed(s["mean_abs_delta"], 5)
-        << intervalText(s["mean_abs_delta_ci95"], 5) << " | " << fixed(s["max_abs_delta"], 4) << " | "
-        << fixed(s["k3"], 6) << " | " << fixed(s["share_abs_delta_above"]["0.01"], 4) << " / "
-        << fixed(s["share_abs_delta_above"]["0.1"], 4) << " / " << fixed(s["share_abs_delta_above"]["1"], 4) << " |\n";
+        << fixedText(100 * s["argmax_mismatch_share"].get<double>(), 2) << "%"
+        << intervalText(s["argmax_mismatch_share_ci95"], 2, 100) << " | " << s["trajectories_with_argmax_mismatch"]
+        << " | " << fixedText(s["mean_abs_delta"], 5) << intervalText(s["mean_abs_delta_ci95"], 5) << " | "
+        << fixedText(s["max_abs_delta"], 4) << " | " << fixedText(s["k3"], 6) << " | " << fixedText(above["0.01"], 4)
+        << " / " << fixedText(above["0.1"], 4) << " / " << fixedText(above["1"], 4) << " |\n";
 }
 
 }  // namespace

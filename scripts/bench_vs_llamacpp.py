@@ -26,6 +26,9 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from doc_markers import replace_between  # noqa: E402
+
 MODELS = {"qwen-shape": "random Qwen2.5-0.5B shape (kvscope bench's), F32 and BF16 GGUFs of the same values",
           "smollm2": "SmolLM2-135M-Instruct (tests/data/smollm2-135m-instruct), F32 and BF16 GGUFs of the same values"}
 DTYPES = {"F32": "fp32", "BF16": "bf16"}  # the GGUF type in llama-bench's model file name -> kvscope's
@@ -177,21 +180,12 @@ def latest_row(results):
             f"{span(row['llamacpp_decode_of_bound'], True)}).")
 
 
-def replace_between(path, marker, text):
-    doc = path.read_text()
-    begin, end = f"<!-- {marker}: begin -->", f"<!-- {marker}: end -->"
-    if begin not in doc or end not in doc:
-        sys.exit(f"{path}: expected the markers {begin} and {end}")
-    head, rest = doc.split(begin, 1)
-    path.write_text(head + begin + "\n" + text.rstrip("\n") + "\n" + end + rest.split(end, 1)[1])
-
-
 def table(args):
     results = [json.loads(f.read_text()) for f in args.files]
     if args.update:
-        replace_between(args.update, "llamacpp-table", tables(results))
+        replace_between(args.update, "llamacpp-table", tables(results), "bench_vs_llamacpp")
     if args.readme:
-        replace_between(args.readme, "llamacpp-latest", latest_row(results))
+        replace_between(args.readme, "llamacpp-latest", latest_row(results), "bench_vs_llamacpp")
     if not args.update and not args.readme:
         print(tables(results), end="")
 

@@ -16,8 +16,8 @@ import os
 import statistics
 import sys
 
-BEGIN = "<!-- study-speed-table: begin -->"
-END = "<!-- study-speed-table: end -->"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from doc_markers import replace_between  # noqa: E402
 
 
 def load(paths):
@@ -79,17 +79,6 @@ def table(rows):
     return "\n".join(lines) + "\n"
 
 
-def update(doc, text):
-    with open(doc, encoding="utf-8") as f:
-        content = f.read()
-    if BEGIN not in content or END not in content:
-        sys.exit(f"study-speed-table: {doc} has no '{BEGIN}' ... '{END}' lines to replace")
-    head, rest = content.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    with open(doc, "w", encoding="utf-8") as f:
-        f.write(head + BEGIN + "\n" + text + END + tail)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("timing", nargs="+", help="JSON files of kvscope run --timing")
@@ -97,7 +86,7 @@ def main():
     args = parser.parse_args()
     text = table(load(args.timing))
     if args.update:
-        update(args.update, text)
+        replace_between(args.update, "study-speed-table", text, "study-speed-table")
     else:
         sys.stdout.write(text)
 

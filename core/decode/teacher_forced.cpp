@@ -3,9 +3,9 @@
 
 #include "core/decode/generator.h"
 #include "core/util/error.h"
+#include "core/util/parse.h"
 
 #include <algorithm>
-#include <cctype>
 
 namespace kvscope {
 
@@ -24,10 +24,8 @@ ForcedReference ForcedReference::parse(const std::string& text) {
     const std::string prefix = "chunked:";
     if (text.rfind(prefix, 0) == 0) {
         const std::string digits = text.substr(prefix.size());
-        if (!digits.empty() && digits.size() <= 9 &&
-            std::all_of(digits.begin(), digits.end(), [](unsigned char c) { return std::isdigit(c) != 0; }) &&
-            std::stoll(digits) > 0)
-            return {Kind::Chunked, std::stoll(digits)};
+        const auto chunk = digits.size() <= 9 ? parseNonNegativeInt(digits) : std::nullopt;  // 9 digits: no overflow
+        if (chunk && *chunk > 0) return {Kind::Chunked, *chunk};
     }
     throw UsageError("reference '" + text + "': expected prefill, live or chunked:N (N > 0 tokens per forward)");
 }
