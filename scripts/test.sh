@@ -60,12 +60,16 @@ if [ $# -eq 0 ]; then
   # test; the bench tests that only count or size things run here. These cuts keep the cold run
   # well inside the hour (docs/TESTING.md).
   # So do the two runs of the SmolLM2 study (a 135M model through every protocol, ~1 min in a release
-  # build): the protocols' code runs under ASan in the small-model runs of the same suites.
+  # build): the protocols' code runs under ASan in the small-model runs of the same suites. And the
+  # import's refusal table and the replay's refusals (78 and 70 of the stage's 2,003 test-seconds on a
+  # Zen 4, each a dozen instrumented processes): the import's parser is fuzzed under ASan + UBSan
+  # (trajectories_jsonl), the replays themselves run in the other ReplayCli tests here and the
+  # precisions' models in the core and experiments suites.
   # `scripts/test.sh asan` runs every suite the asan preset builds.
   stage "building asan" "$root/scripts/setup.sh" asan
-  stage "testing asan (core, experiments, cli but the malformed-input table, whole benches and SmolLM2 studies)" \
+  stage "testing asan (core, experiments, cli but the malformed-input table, whole benches, SmolLM2 studies, refusal tables)" \
     ctest --preset asan -j "$(nproc)" -L "core|experiments|cli" \
-    -E "^Table/MalformedInput\.|^Cli\.Bench(JsonHasEveryDtype|NamesWhatTorchKernels|SaysHowDecodeWeights)|^RunCli\.TheSmolLM2Study|^DemoCli\.ARealModelsStudy"
+    -E "^Table/MalformedInput\.|^Cli\.Bench(JsonHasEveryDtype|NamesWhatTorchKernels|SaysHowDecodeWeights)|^RunCli\.TheSmolLM2Study|^DemoCli\.ARealModelsStudy|^ImportCli\.RefusesEachMalformedLineKind|^ReplayCli\.(ResumesAndRefuses|EachPrecision)"
   stage "the format check" "$root/scripts/format.sh" check
   stage "the clang-tidy check" "$root/scripts/tidy.sh"
   stage "fuzzing (corpora, regressions, 50,000 seeded mutations per harness)" "$root/scripts/fuzz.sh" check 50000

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # clang-tidy with the checks of .clang-tidy over every product source file (core, experiments, app,
-# widgets; not tests or fuzz harnesses), on the compile commands of the `tidy` preset: clang, no
-# precompiled headers, configured only (clang-tidy parses; nothing is built). Fails on any finding.
+# widgets; not tests or fuzz harnesses), on the compile commands of the `tidy` preset: clang,
+# configured, and nothing built but libtorch's precompiled header, which clang-tidy then loads instead
+# of parsing libtorch's headers for each file (12 s a file becomes 5 on a Zen 4: parsing was 7 of
+# the 12). A header precompiled by another clang than clang-tidy's cannot be loaded, so where their
+# versions differ the files parse the headers themselves. Fails on any finding.
 #   scripts/tidy.sh [FILE...]     default: every tracked .cpp of those folders
 # Debian's clang-tidy: 14 on Debian 12, 19 on Debian 13; the checks exist in both.
 set -euo pipefail
@@ -16,7 +19,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
-cmake --preset tidy >/dev/null
+major() { "$1" --version | grep -o 'version [0-9]*' | head -1; }
+if [ "$(major clang++)" = "$(major clang-tidy)" ]; then
+  cmake --preset tidy -DCMAKE_DISABLE_PRECOMPILE_HEADERS=OFF >/dev/null
+  cmake --build build/tidy --target kvscope_torch_pch >/dev/null
+else
+  cmake --preset tidy -DCMAKE_DISABLE_PRECOMPILE_HEADERS=ON >/dev/null
+fi
 if [ $# -gt 0 ]; then files=("$@"); else mapfile -t files < <(git ls-files 'core/*.cpp' 'experiments/*.cpp' 'app/*.cpp' 'widgets/*.cpp'); fi
 start=$SECONDS
 # One file per clang-tidy process, as many at once as there are cores; xargs fails if any did.
