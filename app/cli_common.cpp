@@ -88,7 +88,8 @@ void addModelOptions(CLI::App* cmd, ModelOptions& o) {
         ->required()
         ->check(kModelPath);
     cmd->add_option("--dtype", o.dtype,
-                    "Compute dtype: fp32, bf16, or fp16 (CUDA only); with a cache, default: the cache's")
+                    "Compute dtype: fp32, bf16, or fp16 (CUDA, or a CPU with PyTorch 2.x's libtorch); with a cache, "
+                    "default: the cache's")
         ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
         ->each([&o](const std::string&) { o.dtypeGiven = true; });
     cmd->add_option("--device", o.device, "cpu, cuda or cuda:N");

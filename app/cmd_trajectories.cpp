@@ -55,7 +55,9 @@ void addReplay(CLI::App& app) {
                     "engine's tokens forced: the rollout's view) or chunked:N (forwards of N tokens)");
     cmd->add_option("--kernels", o->kernels, "torch (default) or invariant")
         ->check(CLI::IsMember({"torch", "invariant", "invariant-tiles"}));
-    cmd->add_option("--precision", o->precision, "bf16 (default) or fp32");
+    cmd->add_option("--precision", o->precision,
+                    "bf16 (default), fp32, fp16, bf16-lmhead-fp32 (bf16 model, fp32 final norm and lm_head) or "
+                    "layercast (bf16-rounded weights, fp32 compute)");
     cmd->add_option("--model", o->model, "The model, where it moved since the import (its files must be the same)");
     cmd->add_option("--threads", o->threads, "Intra-op threads (default: all cores)")->check(kNonNegative);
     cmd->add_flag("--json", o->json, "Print every token's figures and the summary as JSON");

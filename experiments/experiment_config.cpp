@@ -275,7 +275,21 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
     Table protocols(root["protocols"].as_table(), "protocols.", path);
     std::vector<std::string> run(allProtocols());
     protocols.readStrings("run", run);
+    protocols.readStrings("precisions", c.precisions);
     protocols.rejectUnknown();
+    if (c.precisions.empty()) protocols.fail("precisions", "is empty (expected names such as \"bf16\", \"fp32\")");
+    for (const auto& name : c.precisions) {
+        std::string dtype;
+        try {
+            dtype = parsePrecision(name).dtype;
+        } catch (const UsageError& e) {
+            protocols.fail("precisions", e.what());
+        }
+        if (dtype == "fp16" && isInvariant(c.kernels))
+            protocols.fail("precisions", "names fp16, which invariant kernels do not compute (they do bf16 and fp32)");
+        if (std::count(c.precisions.begin(), c.precisions.end(), name) > 1)
+            protocols.fail("precisions", "names '" + name + "' twice");
+    }
     c.protocols.clear();
     for (const auto& p : run) {
         requireOneOf(path, "protocols.run", p, {allProtocols().begin(), allProtocols().end()});
@@ -403,6 +417,7 @@ nlohmann::json ExperimentConfig::toJson() const {
                           {"sample_fraction", transplantSampleFraction},
                           {"seed", transplantSeed}}}};
     if (!modelCatalog.empty()) j["model"]["catalog"] = modelCatalog;  // only then: older runs keep their ids
+    if (precisions != std::vector<std::string>{"bf16", "fp32"}) j["precisions"] = precisions;  // likewise
     return j;
 }
 

@@ -60,6 +60,8 @@ struct ExperimentConfig {
     AnswerExtraction answerExtract = AnswerExtraction::LastNumber;
     std::string answerRegex;
     std::set<std::string> protocols;
+    // fixed_prefix_2x2's precisions (parsePrecision names): the study's bf16 x fp32 unless told.
+    std::vector<std::string> precisions = {"bf16", "fp32"};
     std::string transplantLayers = "all";
     std::string transplantKv = "kv";
     TransplantSelection transplantSelection = TransplantSelection::All;
@@ -70,7 +72,11 @@ struct ExperimentConfig {
     // Writes the [model.generate] test model into modelDir unless it already holds one.
     void generateModelIfMissing() const;
     bool runs(const std::string& protocol) const { return protocols.count(protocol) != 0; }
-    Numerics numerics() const { return Numerics{kernels, false}; }
+    Numerics numerics() const {
+        Numerics n;
+        n.kernels = kernels;
+        return n;
+    }
     nlohmann::json toJson() const;  // the resolved configuration, for the manifest
 };
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "experiments/item_result.h"
 
+#include "core/model/numerics.h"
 #include "core/util/error.h"
 
 #include <cmath>
@@ -195,6 +196,21 @@ MatchedResult readMatched(const Fields& f) {
 
 FixedPrefixCell readCell(const Fields& f) { return {f.boolean("disagree"), f.nullableInteger("first_divergence")}; }
 
+// One cell per precision the run compared; a ledger before precisions were chosen has bf16 and fp32.
+FixedPrefixResult readFixedPrefix(const Fields& f) {
+    FixedPrefixResult r;
+    for (const auto& [precision, cell] : f.raw().items()) {
+        try {
+            parsePrecision(precision);
+        } catch (const UsageError& e) {
+            throw FormatError(f.where() + ": " + e.what());
+        }
+        r.byPrecision[precision] = readCell(f.object(precision.c_str()));
+    }
+    if (r.byPrecision.empty()) throw FormatError(f.where() + ": no precision's cell");
+    return r;
+}
+
 BridgeResult readBridge(const Fields& f) {
     return {f.boolean("exact"),
             f.has("construction") ? std::optional<std::string>(f.text("construction")) : std::nullopt};
@@ -266,9 +282,10 @@ json toJson(const ItemResults& r) {
     json j = json::object();
     if (r.trace) j["trace"] = traceJson(*r.trace);
     if (r.matched) j["matched"] = matchedJson(*r.matched);
-    if (r.fixedPrefix2x2)
-        j["fixed_prefix_2x2"] = {{"bf16", cellJson(r.fixedPrefix2x2->bf16)},
-                                 {"fp32", cellJson(r.fixedPrefix2x2->fp32)}};
+    if (r.fixedPrefix2x2) {
+        json& cells = j["fixed_prefix_2x2"] = json::object();
+        for (const auto& [precision, cell] : r.fixedPrefix2x2->byPrecision) cells[precision] = cellJson(cell);
+    }
     if (r.bridge) j["bridge"] = bridgeJson(*r.bridge);
     if (r.transplant) j["transplant"] = transplantJson(*r.transplant);
     if (r.localize) j["localize"] = localizeJson(*r.localize);
@@ -288,7 +305,7 @@ void readProtocolResult(ItemResults& r, const std::string& protocol, const json&
     else if (protocol == "matched")
         r.matched = readMatched(f);
     else if (protocol == "fixed_prefix_2x2")
-        r.fixedPrefix2x2 = FixedPrefixResult{readCell(f.object("bf16")), readCell(f.object("fp32"))};
+        r.fixedPrefix2x2 = readFixedPrefix(f);
     else if (protocol == "bridge")
         r.bridge = readBridge(f);
     else if (protocol == "transplant")

@@ -56,7 +56,7 @@ struct FixedPrefixCell {
     std::optional<int64_t> firstDivergence;
 };
 struct FixedPrefixResult {
-    FixedPrefixCell bf16, fp32;
+    std::map<std::string, FixedPrefixCell> byPrecision;  // precision name ("bf16", "layercast", ...) -> cell
 };
 
 struct BridgeResult {

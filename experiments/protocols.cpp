@@ -87,7 +87,7 @@ std::optional<StepSummary> stepAt(const GenerationResult& r, int64_t i) {
 
 // f(), its time added to rec.secondsBy[step].
 template <typename F>
-auto timed(ItemRecord& rec, const char* step, F&& f) {
+auto timed(ItemRecord& rec, const std::string& step, F&& f) {
     const auto t0 = std::chrono::steady_clock::now();
     auto result = f();
     rec.secondsBy[step] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -231,33 +231,35 @@ MatchedResult runMatched(const Replay& again, const Side& live, const Side& pref
 
 // The token-by-token cache of the prefix in one precision, built once for bridge and the 2x2.
 struct IncrementalCaches {
-    std::map<std::string, KvCache> byDtype;
-    const KvCache& get(const ItemContext& ctx, const Prefix& p, const std::string& dtype) {
-        auto it = byDtype.find(dtype);
-        if (it == byDtype.end())
-            it = byDtype
-                     .emplace(dtype, buildCache(ctx.model(dtype), p.ids, Construction::parse("incremental"),
-                                                static_cast<int64_t>(p.prompt.size())))
+    std::map<std::string, KvCache> byPrecision;
+    const KvCache& get(const ItemContext& ctx, const Prefix& p, const std::string& precision) {
+        auto it = byPrecision.find(precision);
+        if (it == byPrecision.end())
+            it = byPrecision
+                     .emplace(precision, buildCache(ctx.model(precision), p.ids, Construction::parse("incremental"),
+                                                    static_cast<int64_t>(p.prompt.size())))
                      .first;
         return it->second;
     }
 };
 
-// Token-by-token vs one-shot prefill of the same prefix, in bf16 and fp32. In the run's main
-// precision the prefill continuation is the prefill side's own.
+// Token-by-token vs one-shot prefill of the same prefix, in each of the run's precisions (the
+// study's bf16 and fp32 unless the experiment names others), each timed as its own step: what a
+// remedy costs. In the run's main precision the prefill continuation is the prefill side's own.
 FixedPrefixResult runFixedPrefix2x2(const ItemContext& ctx, const Prefix& p, IncrementalCaches& incremental,
-                                    const Side& prefillSide) {
+                                    const Side& prefillSide, ItemRecord& rec) {
     FixedPrefixResult out;
-    for (const std::string dtype : {"bf16", "fp32"}) {
-        const Transformer& m = ctx.model(dtype);
-        const StopRules stops = stopRules(ctx, m, p.budget);
-        const auto inc = continueFrom(m, incremental.get(ctx, p, dtype), ctx.config.sampling, stops);
-        const std::vector<int64_t> pre = dtype == ctx.config.dtypes.front()
-                                             ? prefillSide.suffix.ids
-                                             : continueFrom(m, prefillOf(m, p), ctx.config.sampling, stops).ids;
-        const int64_t div = firstDivergence(inc.ids, pre);
-        (dtype == "bf16" ? out.bf16 : out.fp32) = FixedPrefixCell{div >= 0, divergenceAt(div)};
-    }
+    for (const std::string& precision : ctx.config.precisions)
+        out.byPrecision[precision] = timed(rec, "fixed_prefix_2x2 " + precision, [&] {
+            const Transformer& m = ctx.model(precision);
+            const StopRules stops = stopRules(ctx, m, p.budget);
+            const auto inc = continueFrom(m, incremental.get(ctx, p, precision), ctx.config.sampling, stops);
+            const std::vector<int64_t> pre = precision == ctx.config.dtypes.front()
+                                                 ? prefillSide.suffix.ids
+                                                 : continueFrom(m, prefillOf(m, p), ctx.config.sampling, stops).ids;
+            const int64_t div = firstDivergence(inc.ids, pre);
+            return FixedPrefixCell{div >= 0, divergenceAt(div)};
+        });
     return out;
 }
 
@@ -469,8 +471,7 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
         });
     }
     if (c.runs("fixed_prefix_2x2"))
-        rec.results.fixedPrefix2x2 =
-            timed(rec, "fixed_prefix_2x2", [&] { return runFixedPrefix2x2(ctx, p, incremental, prefillSide); });
+        rec.results.fixedPrefix2x2 = runFixedPrefix2x2(ctx, p, incremental, prefillSide, rec);
     if (c.runs("transplant") && divergent && selectedForTransplant(c, item.id))
         rec.results.transplant =
             timed(rec, "transplant", [&] { return runTransplant(ctx, p, live, prefill, liveSide, prefillSide); });

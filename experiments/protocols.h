@@ -35,9 +35,9 @@ namespace kvscope::experiments {
 struct ItemContext {
     const ExperimentConfig& config;
     const Tokenizer& tokenizer;
-    // dtype name -> model; holds the main dtype (config.dtypes[0]) and, for fixed_prefix_2x2,
-    // both "bf16" and "fp32".
-    std::function<const Transformer&(const std::string& dtype)> model;
+    // precision name (parsePrecision: "bf16", "layercast", ...) -> model; holds the main dtype
+    // (config.dtypes[0]) and, for fixed_prefix_2x2, each of config.precisions.
+    std::function<const Transformer&(const std::string& precision)> model;
     std::string keepCachesDir;  // non-empty: save live and prefill caches there
     // Every item's prompt through one renderer: the checkpoint's template is read once a run.
     std::shared_ptr<const ChatRenderer> chat =

@@ -3,6 +3,7 @@
 
 #include "experiments/manifest.h"
 
+#include "core/model/numerics.h"
 #include "core/stats/stats.h"
 
 #include <algorithm>
@@ -94,15 +95,28 @@ json toJson(const MatchedSummary& t) {
     return j;
 }
 
-DisagreementRow disagreementsOf(const std::vector<ItemRecord>& items, FixedPrefixCell FixedPrefixResult::* cell) {
-    DisagreementRow row;
+// Each precision's row of the 2x2, in precisionNames()' order (bf16, fp32, then the remedies).
+std::map<std::string, DisagreementRow> disagreementsByPrecision(const std::vector<ItemRecord>& items) {
+    std::map<std::string, DisagreementRow> rows;
     for (const auto& item : items)
-        if (item.results.fixedPrefix2x2) {
-            ++row.n;
-            row.disagree += ((*item.results.fixedPrefix2x2).*cell).disagree;
-        }
-    if (row.n) row.wilson = stats::wilson(row.disagree, row.n);
-    return row;
+        if (item.results.fixedPrefix2x2)
+            for (const auto& [precision, cell] : item.results.fixedPrefix2x2->byPrecision) {
+                DisagreementRow& row = rows[precision];
+                ++row.n;
+                row.disagree += cell.disagree;
+            }
+    for (auto& [precision, row] : rows) row.wilson = stats::wilson(row.disagree, row.n);
+    return rows;
+}
+
+// The precisions of a report's 2x2 in the order a reader expects: bf16 and fp32 first, then the rest.
+std::vector<std::string> precisionsInOrder(const json& cells) {
+    std::vector<std::string> out;
+    for (const std::string& name : precisionNames())
+        if (cells.contains(name)) out.push_back(name);
+    for (const auto& [name, row] : cells.items())
+        if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+    return out;
 }
 
 json toJson(const DisagreementRow& r) {
@@ -300,9 +314,20 @@ std::vector<HistogramBar> histogramOf(const std::vector<ItemRecord>& items, Item
 }
 
 StudySummary summarizeStudy(const std::vector<ItemRecord>& items) {
-    return {summarizeMatched(items), disagreementsOf(items, &FixedPrefixResult::bf16),
-            disagreementsOf(items, &FixedPrefixResult::fp32)};
+    return {summarizeMatched(items), disagreementsByPrecision(items)};
 }
+
+namespace {
+
+// Every precision's row; bf16 and fp32 always (n 0 where the run did not compare them), the report's
+// contract since the study.
+json fixedPrefixJson(const std::map<std::string, DisagreementRow>& rows) {
+    json out = {{"bf16", toJson(DisagreementRow{})}, {"fp32", toJson(DisagreementRow{})}};
+    for (const auto& [precision, row] : rows) out[precision] = toJson(row);
+    return out;
+}
+
+}  // namespace
 
 json buildReport(const std::vector<ItemRecord>& items, const RunInfo& run) {
     const StudySummary study = summarizeStudy(items);
@@ -315,7 +340,7 @@ json buildReport(const std::vector<ItemRecord>& items, const RunInfo& run) {
             {"mixed_environments", run.manifest.value("mixed_environments", json())},
             {"items", items.size()},
             {"matched", matched},
-            {"fixed_prefix_2x2", {{"bf16", toJson(study.fixedPrefixBf16)}, {"fp32", toJson(study.fixedPrefixFp32)}}},
+            {"fixed_prefix_2x2", fixedPrefixJson(study.fixedPrefix)},
             {"bridge", countFlag(items, &ItemResults::bridge, &BridgeResult::exact, "exact")},
             {"audit", countFlag(items, &ItemResults::audit, &AuditResult::reproduced, "reproduced")},
             {"transplant", transplantTable(items)},
@@ -353,7 +378,7 @@ std::string reportMarkdown(const json& r) {
     s << firstDivergenceMarkdown(m["first_divergence"]);
     s << "\n## fixed_prefix_2x2 (construction x precision)\n\n| precision | n | decoded disagreements | Wilson 95% "
          "upper |\n|---|---|---|---|\n";
-    for (const char* d : {"bf16", "fp32"}) {
+    for (const std::string& d : precisionsInOrder(r["fixed_prefix_2x2"])) {
         const json& row = r["fixed_prefix_2x2"][d];
         s << "| " << d << " | " << row["n"] << " | " << row["disagree"] << " | "
           << (row.contains("wilson_upper") ? percentText(row["wilson_upper"]) : "-") << " |\n";
@@ -412,7 +437,7 @@ std::string comparisonMarkdown(const json& comparison) {
     });
     row("bridge: faithful rebuild == live",
         [&](const json& r) { return ratio(r["bridge"]["exact"], r["bridge"]["n"]); });
-    for (const char* d : {"bf16", "fp32"})
+    for (const char* d : {"bf16", "fp32"})  // the study's two; a run's other precisions are in its own report
         row(std::string("fixed_prefix_2x2 ") + d + ": decoded disagreements",
             [&](const json& r) { return ratio(r["fixed_prefix_2x2"][d]["disagree"], r["fixed_prefix_2x2"][d]["n"]); });
     row("audit: replay reproduced", [&](const json& r) { return ratio(r["audit"]["reproduced"], r["audit"]["n"]); });
@@ -425,12 +450,39 @@ std::string comparisonMarkdown(const json& comparison) {
     return s.str();
 }
 
+namespace {
+
+std::optional<bool> disagreeIn(const ItemResults& r, const std::string& precision) {
+    if (!r.fixedPrefix2x2) return std::nullopt;
+    const auto cell = r.fixedPrefix2x2->byPrecision.find(precision);
+    return cell == r.fixedPrefix2x2->byPrecision.end() ? std::nullopt : std::optional<bool>(cell->second.disagree);
+}
+
+// The 2x2's precisions beyond the study's bf16 and fp32 that any item compared, in
+// precisionNames()' order.
+std::vector<std::string> otherPrecisions(const std::vector<ItemRecord>& items) {
+    json seen = json::object();
+    for (const auto& it : items)
+        if (it.results.fixedPrefix2x2)
+            for (const auto& [precision, cell] : it.results.fixedPrefix2x2->byPrecision) seen[precision] = true;
+    std::vector<std::string> out;
+    for (const std::string& precision : precisionsInOrder(seen))
+        if (precision != "bf16" && precision != "fp32") out.push_back(precision);
+    return out;
+}
+
+}  // namespace
+
 std::string itemsCsv(const std::vector<ItemRecord>& items) {
     std::ostringstream s;
+    // The other precisions' columns come last, so the study's columns keep their places.
+    const std::vector<std::string> others = otherPrecisions(items);
     s << "item_id,status,boundary,suffix_equal,first_divergence,margin_at_divergence,correct_live,correct_prefill,"
          "replica_live_exact,replica_prefill_exact,bridge_exact,disagree_bf16,disagree_fp32,transplant_prefill_follows_"
          "live,"
-         "transplant_live_follows_prefill,localize_layers,audit_reproduced,seconds\n";
+         "transplant_live_follows_prefill,localize_layers,audit_reproduced,seconds";
+    for (const std::string& precision : others) s << ",disagree_" << precision;
+    s << '\n';
     for (const auto& it : items) {
         const ItemResults& r = it.results;
         const MatchedResult* m = r.matched ? &*r.matched : nullptr;
@@ -445,11 +497,12 @@ std::string itemsCsv(const std::vector<ItemRecord>& items) {
           << ',' << csvFlag(m, &MatchedResult::correctLive) << ',' << csvFlag(m, &MatchedResult::correctPrefill) << ','
           << csvFlag(m, &MatchedResult::replicaLiveExact) << ',' << csvFlag(m, &MatchedResult::replicaPrefillExact)
           << ',' << csvField(r.bridge ? std::optional<bool>(r.bridge->exact) : std::nullopt) << ','
-          << csvField(r.fixedPrefix2x2 ? std::optional<bool>(r.fixedPrefix2x2->bf16.disagree) : std::nullopt) << ','
-          << csvField(r.fixedPrefix2x2 ? std::optional<bool>(r.fixedPrefix2x2->fp32.disagree) : std::nullopt) << ','
+          << csvField(disagreeIn(r, "bf16")) << ',' << csvField(disagreeIn(r, "fp32")) << ','
           << csvField(t ? std::optional<bool>(t->prefillFromLive.followsDonor) : std::nullopt) << ','
           << csvField(t ? std::optional<bool>(t->liveFromPrefill.followsDonor) : std::nullopt) << ',' << layers << ','
-          << csvField(r.audit ? std::optional<bool>(r.audit->reproduced) : std::nullopt) << ',' << it.seconds << '\n';
+          << csvField(r.audit ? std::optional<bool>(r.audit->reproduced) : std::nullopt) << ',' << it.seconds;
+        for (const std::string& precision : others) s << ',' << csvField(disagreeIn(r, precision));
+        s << '\n';
     }
     return s.str();
 }

@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <optional>
 #include <string>
 
@@ -50,7 +51,7 @@ struct DisagreementRow {
 };
 struct StudySummary {
     MatchedSummary matched;
-    DisagreementRow fixedPrefixBf16, fixedPrefixFp32;
+    std::map<std::string, DisagreementRow> fixedPrefix;  // precision name -> its row; bf16 and fp32 by default
 };
 StudySummary summarizeStudy(const std::vector<ItemRecord>& items);
 

@@ -20,16 +20,18 @@
 
 namespace kvscope::experiments {
 
-const Transformer& ModelPool::get(const std::string& dtype) { return get(dtype, numerics_.kernels); }
+const Transformer& ModelPool::get(const std::string& precision) { return get(precision, numerics_.kernels); }
 
-const Transformer& ModelPool::get(const std::string& dtype, Kernels kernels) {
-    const std::string key = dtype + "/" + kernelsName(kernels);
+const Transformer& ModelPool::get(const std::string& precision, Kernels kernels) {
+    const std::string key = precision + "/" + kernelsName(kernels);
     for (const auto& [name, model] : loaded_)
         if (name == key) return *model;
+    const Precision p = parsePrecision(precision);
     Numerics numerics = numerics_;
     numerics.kernels = kernels;
-    loaded_.emplace_back(key, std::make_shared<Transformer>(
-                                  Transformer::load(dir_, parseDtype(dtype), parseDevice(device_), nullptr, numerics)));
+    numerics.mixed = p.mixed;
+    loaded_.emplace_back(key, std::make_shared<Transformer>(Transformer::load(
+                                  dir_, parseDtype(p.dtype), parseDevice(device_), nullptr, numerics)));
     return *loaded_.back().second;
 }
 

@@ -109,13 +109,14 @@ class ModelPool {
 public:
     ModelPool(std::string dir, std::string device, Numerics numerics = {})
         : dir_(std::move(dir)), device_(std::move(device)), numerics_(numerics) {}
-    const Transformer& get(const std::string& dtype);  // with the pool's kernels
-    const Transformer& get(const std::string& dtype, Kernels kernels);
+    // `precision`: a parsePrecision name ("bf16", "fp32", "fp16", "bf16-lmhead-fp32", "layercast").
+    const Transformer& get(const std::string& precision);  // with the pool's kernels
+    const Transformer& get(const std::string& precision, Kernels kernels);
 
 private:
     std::string dir_, device_;
     Numerics numerics_;
-    std::vector<std::pair<std::string, std::shared_ptr<Transformer>>> loaded_;  // key: dtype + "/" + kernels
+    std::vector<std::pair<std::string, std::shared_ptr<Transformer>>> loaded_;  // key: precision + "/" + kernels
 };
 
 }  // namespace kvscope::experiments

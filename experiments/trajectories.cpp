@@ -303,6 +303,39 @@ json maxAbsDeltaVersus(const json& tokens) {
     return out;
 }
 
+// One replay against another of the same run, over every token both scored: how far the two
+// references part, whether the engine gave logprobs or not.
+struct Versus {
+    int64_t tokens = 0, argmaxDiffer = 0;
+    double maxAbs = 0, sumAbs = 0;
+};
+
+void addVersus(std::map<std::string, Versus>& versus, const std::string& label,
+               const std::map<std::string, ReplayResult>& replays) {
+    const ReplayResult& mine = replays.at(label);
+    for (const auto& [other, theirs] : replays) {
+        if (other == label) continue;
+        Versus& v = versus[other];
+        for (std::size_t i = 0; i < std::min(mine.logprobs.size(), theirs.logprobs.size()); ++i) {
+            const double delta = std::abs(mine.logprobs[i] - theirs.logprobs[i]);
+            ++v.tokens;
+            v.argmaxDiffer += mine.argmaxes[i] != theirs.argmaxes[i];
+            v.maxAbs = std::max(v.maxAbs, delta);
+            v.sumAbs += delta;
+        }
+    }
+}
+
+json versusJson(const std::map<std::string, Versus>& versus) {
+    json out = json::object();
+    for (const auto& [other, v] : versus)
+        out[other] = {{"tokens", v.tokens},
+                      {"argmax_differs", v.argmaxDiffer},
+                      {"max_abs_delta", v.maxAbs},
+                      {"mean_abs_delta", v.tokens ? v.sumAbs / static_cast<double>(v.tokens) : 0.0}};
+    return out;
+}
+
 // " [lower, upper]" of a 95% interval times `scale`, or nothing where there is none.
 std::string intervalText(const json& ci, int digits, double scale = 1) {
     if (ci.is_null()) return "";
@@ -363,18 +396,8 @@ ImportSummary importTrajectories(const ImportRequest& request) {
     return summary;
 }
 
-std::string precisionName(ReplayPrecision precision) { return precision == ReplayPrecision::Fp32 ? "fp32" : "bf16"; }
-
-ReplayPrecision parsePrecision(const std::string& name) {
-    if (name == "bf16") return ReplayPrecision::Bf16;
-    if (name == "fp32") return ReplayPrecision::Fp32;
-    if (name == "fp16" || name == "bf16-lmhead-fp32" || name == "layercast")
-        throw UsageError("precision '" + name + "' is not implemented yet; the replay has bf16 and fp32");
-    throw UsageError("precision '" + name + "': expected bf16 or fp32");
-}
-
 std::string ReplayRequest::label() const {
-    return reference.name() + "/" + kernelsName(kernels) + "/" + precisionName(precision);
+    return reference.name() + "/" + kernelsName(kernels) + "/" + precision.name();
 }
 
 bool isImportedRun(const json& manifest) {
@@ -399,8 +422,9 @@ std::string replayRun(const ReplayRequest& request, const std::function<bool(con
 
     Numerics numerics;
     numerics.kernels = request.kernels;
-    const torch::ScalarType dtype = request.precision == ReplayPrecision::Fp32 ? torch::kFloat32 : torch::kBFloat16;
-    const Transformer transformer = Transformer::load(model, dtype, torch::kCPU, nullptr, numerics);
+    numerics.mixed = request.precision.mixed;
+    const Transformer transformer =
+        Transformer::load(model, parseDtype(request.precision.dtype), torch::kCPU, nullptr, numerics);
     ReplayProgress progress;
     progress.total = static_cast<int64_t>(todo.size());
     for (const ItemRecord& item : todo) {
@@ -454,6 +478,7 @@ std::vector<std::string> replayLabels(const std::vector<ItemRecord>& items) {
 json replayReportJson(const std::vector<ItemRecord>& items, const std::string& label) {
     std::vector<TrajectoryMismatch> all;
     std::map<int64_t, std::vector<TrajectoryMismatch>> byBatch;
+    std::map<std::string, Versus> versus;
     json trajectories = json::array();
     for (const ItemRecord& item : items) {
         const auto replay = item.results.replays.find(label);
@@ -465,6 +490,7 @@ json replayReportJson(const std::vector<ItemRecord>& items, const std::string& l
         if (m.batchSize) byBatch[*m.batchSize].push_back(m);
         const double n = static_cast<double>(std::max<int64_t>(m.tokens, 1));
         const json tokens = tokensJson(engine, label, item.results.replays);
+        addVersus(versus, label, item.results.replays);
         trajectories.push_back(
             {{"id", m.id},
              {"batch_size", m.batchSize ? json(*m.batchSize) : json(nullptr)},
@@ -481,6 +507,7 @@ json replayReportJson(const std::vector<ItemRecord>& items, const std::string& l
         for (const auto& [size, group] : byBatch) perBatch[std::to_string(size)] = summaryOf(group);
         summary["by_batch_size"] = perBatch;
     }
+    summary["versus"] = versusJson(versus);
     return {{"label", label}, {"summary", summary}, {"trajectories", trajectories}};
 }
 
@@ -495,6 +522,14 @@ std::string replayReportMarkdown(const json& report) {
     if (s.contains("by_batch_size") && s["by_batch_size"].size() > 1)  // one size: the same row again
         for (const auto& [size, group] : s["by_batch_size"].items()) summaryRow(out, "batch size " + size, group);
     out << "\n";
+    if (s.contains("versus") && !s["versus"].empty()) {
+        out << "| against the replay | tokens | argmax differs | mean abs delta logprob | max abs delta |\n"
+            << "|---|---|---|---|---|\n";
+        for (const auto& [other, v] : s["versus"].items())
+            out << "| " << other << " | " << v["tokens"] << " | " << v["argmax_differs"] << " | "
+                << fixedText(v["mean_abs_delta"], 6) << " | " << fixedText(v["max_abs_delta"], 6) << " |\n";
+        out << "\n";
+    }
     return out.str();
 }
 

@@ -49,16 +49,11 @@ struct ImportSummary {
 // SHA-256 and every line's engine metadata.
 ImportSummary importTrajectories(const ImportRequest& request);
 
-// The replay's precision: the model's compute dtype (and, later, mixed ones).
-enum class ReplayPrecision { Bf16, Fp32 };
-std::string precisionName(ReplayPrecision precision);
-ReplayPrecision parsePrecision(const std::string& name);  // UsageError naming what exists and what is not built
-
 struct ReplayRequest {
     std::string ledgerPath, runId;
     ForcedReference reference;
     Kernels kernels = Kernels::Torch;
-    ReplayPrecision precision = ReplayPrecision::Bf16;
+    Precision precision;  // bf16 unless told (core/model/numerics.h names the others)
     std::string modelPath;  // empty: where the import found the model
     std::string label() const;  // "prefill/torch/bf16": the replay's name in the ledger and the report
 };

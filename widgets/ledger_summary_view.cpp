@@ -33,13 +33,12 @@ QString summaryLine(const std::vector<ItemRecord>& items) {
                     .arg(100 * a->diff, 0, 'f', 1)
                     .arg(100 * a->bootstrapCi.lower, 0, 'f', 1)
                     .arg(100 * a->bootstrapCi.upper, 0, 'f', 1);
-    for (const auto& [dtype, row] :
-         {std::pair{"bf16", &study.fixedPrefixBf16}, std::pair{"fp32", &study.fixedPrefixFp32}})
-        if (row->n > 0)
+    for (const auto& [precision, row] : study.fixedPrefix)
+        if (row.n > 0)
             line += QObject::tr("  |  2x2 %1 disagree %2/%3")
-                        .arg(QString::fromLatin1(dtype))
-                        .arg(row->disagree)
-                        .arg(row->n);
+                        .arg(QString::fromStdString(precision))
+                        .arg(row.disagree)
+                        .arg(row.n);
     return line;
 }
 

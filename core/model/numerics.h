@@ -3,6 +3,7 @@
 // How a Transformer computes: which kernels, and so which bits. No libtorch here, so experiment
 // configurations and widgets can name the choice without tensor headers.
 #include <string>
+#include <vector>
 
 namespace kvscope {
 
@@ -26,8 +27,32 @@ Kernels parseKernels(const std::string& name);      // throws UsageError naming 
 // Invariant or InvariantTiles: a prefill gives the live cache's bits.
 inline bool isInvariant(Kernels kernels) { return kernels != Kernels::Torch; }
 
+// Where a forward leaves the model's dtype: the remedies practitioners apply to a bf16 model's
+// training-inference mismatch (verl's fp32 lm_head; LayerCast, "bf16 storage, fp32 compute").
+enum class MixedPrecision {
+    None,              // every op in the model's dtype
+    Fp32Head,          // a bf16 or fp16 model whose last hidden state goes through the final norm and the
+                       // lm_head in fp32, with those two weights read from the checkpoint in fp32
+    Bf16RoundedWeights,  // an fp32 model whose weights are rounded to bf16 at load (LayerCast): every
+                         // product and sum in fp32 over bf16 values
+};
+std::string mixedPrecisionName(MixedPrecision mixed);  // "none" | "fp32-head" | "bf16-rounded-weights"
+
+// A named precision of the study's and the replay's what-ifs: the compute dtype and how a forward
+// leaves it. "bf16", "fp32", "fp16", "bf16-lmhead-fp32" (bf16, Fp32Head), "layercast" (fp32,
+// Bf16RoundedWeights).
+struct Precision {
+    std::string dtype = "bf16";  // a parseDtype name: "bf16" | "fp32" | "fp16"
+    MixedPrecision mixed = MixedPrecision::None;
+    std::string name() const;
+    bool operator==(const Precision& o) const { return dtype == o.dtype && mixed == o.mixed; }
+};
+Precision parsePrecision(const std::string& name);  // throws UsageError naming the choices
+const std::vector<std::string>& precisionNames();   // every name parsePrecision takes
+
 struct Numerics {
     Kernels kernels = Kernels::Torch;
+    MixedPrecision mixed = MixedPrecision::None;
     // Torch kernels only: a decode step's projections as matrix-vector products (torch::mv) instead
     // of transformers' F.linear on one row: about twice as fast on CPU, other low bits.
     bool matrixVectorDecode = false;

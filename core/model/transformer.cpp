@@ -14,6 +14,7 @@
 #include "core/util/huge_pages.h"
 
 #include <torch/cuda.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <cmath>
@@ -127,6 +128,7 @@ Transformer::Transformer(ModelConfig config, Weights weights, torch::ScalarType 
     if (invariant() && !device_.is_cpu())
         throw UsageError(
             "--kernels invariant runs on the CPU only (its kernels are kvscope's own C++); use --device cpu");
+    checkKernelsTakeDtype(numerics_.kernels, dtype_);
     if (invariant() && numerics_.matrixVectorDecode)
         throw UsageError("--decode-kernel mv applies to --kernels torch only (invariant kernels have one decode path)");
     if (invariant()) checkDecodeFetchSetting();
@@ -161,6 +163,8 @@ const std::string& Transformer::fingerprint() const {
                                torch::zeros({0}));
         // Softmax and SiLU moved from libm's expf to the kernels' own exp (invariant_attention_impl.h).
         if (invariant()) named.emplace_back("numerics=invariant-own-exp", torch::zeros({0}));
+        if (numerics_.mixed != MixedPrecision::None)
+            named.emplace_back("numerics=" + mixedPrecisionName(numerics_.mixed), torch::zeros({0}));
         fingerprint_->value = fingerprintNamedTensors(named);
     });
     return fingerprint_->value;
@@ -174,10 +178,12 @@ KvCache Transformer::newCache(int64_t capacity) const {
 
 Transformer Transformer::load(const std::string& dir, torch::ScalarType dtype, torch::Device device, LoadReport* report,
                               Numerics numerics) {
-    if (dtype == torch::kFloat16 && device.is_cpu())
+    checkKernelsTakeDtype(numerics.kernels, dtype);
+    if (dtype == torch::kFloat16 && device.is_cpu() && !cpuMultipliesFp16())
         throw UsageError(
-            "--dtype fp16 needs --device cuda: libtorch has no fp16 matrix multiply on CPU "
-            "(use bf16 or fp32 on CPU)");
+            "--dtype fp16 on CPU needs a libtorch with fp16 matrix multiplies there (PyTorch 2.x's; "
+            "this is libtorch " TORCH_VERSION "): use bf16 or fp32, or --device cuda");
+    checkMixedPrecision(numerics.mixed, dtype);
     if (device.is_cuda() && !torch::cuda::is_available())
         throw UsageError("--device cuda requested, but this libtorch build sees no CUDA device");
     Checkpoint ck = Checkpoint::open(dir);
@@ -205,8 +211,9 @@ Transformer Transformer::load(const std::string& dir, torch::ScalarType dtype, t
     auto footprint = [&](const std::string& name) {
         return HugePageArena::footprint(c10::multiply_integers(ck.shape(name)), dtype, misalignment(name));
     };
+    const bool fp32Head = numerics.mixed == MixedPrecision::Fp32Head;
     for (const auto& [name, slot] : slots) bytes += footprint(name);
-    if (!c.tieWordEmbeddings) bytes += footprint("lm_head.weight");
+    if (!c.tieWordEmbeddings && !fp32Head) bytes += footprint("lm_head.weight");
     HugePageArena arena(device.is_cpu() ? bytes : 0);
     auto read = [&](const std::string& name) {
         if (!device.is_cpu()) return ck.read(name, dtype).to(device);
@@ -215,8 +222,44 @@ Transformer Transformer::load(const std::string& dir, torch::ScalarType dtype, t
         return t;
     };
     for (const auto& [name, slot] : slots) *slot = read(name);
-    w.lmHead = c.tieWordEmbeddings ? w.embed : read("lm_head.weight");
+    if (fp32Head) {  // the checkpoint's values in fp32, not the compute dtype's rounding of them
+        w.finalNorm = ck.read("model.norm.weight", torch::kFloat32).to(device);
+        w.lmHead =
+            ck.read(c.tieWordEmbeddings ? "model.embed_tokens.weight" : "lm_head.weight", torch::kFloat32).to(device);
+    } else {
+        w.lmHead = c.tieWordEmbeddings ? w.embed : read("lm_head.weight");
+    }
+    if (numerics.mixed == MixedPrecision::Bf16RoundedWeights) {
+        for (const auto& [name, slot] : slots) slot->copy_(slot->to(torch::kBFloat16));
+        if (!c.tieWordEmbeddings) w.lmHead.copy_(w.lmHead.to(torch::kBFloat16));
+    }
     return Transformer(c, std::move(w), dtype, device, numerics);
+}
+
+bool cpuMultipliesFp16() {
+    static const bool supported = [] {
+        try {
+            const torch::Tensor a = torch::ones({2, 2}, torch::kFloat16);
+            (void)torch::linear(a, a);
+            return true;
+        } catch (const c10::Error&) {  // libtorch 1.13: "addmm_impl_cpu_" not implemented for 'Half'
+            return false;
+        }
+    }();
+    return supported;
+}
+
+void checkKernelsTakeDtype(Kernels kernels, torch::ScalarType dtype) {
+    if (isInvariant(kernels) && dtype == torch::kFloat16)
+        throw UsageError("--kernels invariant computes bf16 and fp32 models; fp16 runs on --kernels torch");
+}
+
+void checkMixedPrecision(MixedPrecision mixed, torch::ScalarType dtype) {
+    if (mixed == MixedPrecision::Fp32Head && dtype == torch::kFloat32)
+        throw UsageError("an fp32 lm_head is a bf16 or fp16 model's remedy: this model computes in fp32 already");
+    if (mixed == MixedPrecision::Bf16RoundedWeights && dtype != torch::kFloat32)
+        throw UsageError("bf16-rounded weights (LayerCast) compute in fp32: load the model in fp32, not " +
+                         dtypeName(dtype));
 }
 
 std::vector<std::pair<std::string, torch::Tensor*>> hfWeightSlots(const ModelConfig& c, Weights& w) {
@@ -365,6 +408,7 @@ torch::Tensor Transformer::residual(const torch::Tensor& x, const torch::Tensor&
 }
 
 torch::Tensor Transformer::head(torch::Tensor x, ForwardObserver* observer) const {
+    if (numerics_.mixed == MixedPrecision::Fp32Head) x = x.to(torch::kFloat32);           // [S, H] fp32
     x = rmsNorm(x, weights_.finalNorm);                                                   // [S, H]
     observe(observer, -1, "final_norm", x);
     // Invariant kernels give fp32 logits straight from their fp32 sums; transformers rounds them to
@@ -505,6 +549,36 @@ torch::Tensor Transformer::mlp(int64_t l, const torch::Tensor& x, ForwardObserve
 }
 
 // ---- names ------------------------------------------------------------------------------------
+
+std::string mixedPrecisionName(MixedPrecision mixed) {
+    switch (mixed) {
+    case MixedPrecision::None: return "none";
+    case MixedPrecision::Fp32Head: return "fp32-head";
+    case MixedPrecision::Bf16RoundedWeights: return "bf16-rounded-weights";
+    }
+    return "?";
+}
+
+std::string Precision::name() const {
+    switch (mixed) {
+    case MixedPrecision::None: return dtype;
+    case MixedPrecision::Fp32Head: return dtype + "-lmhead-fp32";
+    case MixedPrecision::Bf16RoundedWeights: return "layercast";
+    }
+    return "?";
+}
+
+const std::vector<std::string>& precisionNames() {
+    static const std::vector<std::string> names = {"bf16", "fp32", "fp16", "bf16-lmhead-fp32", "layercast"};
+    return names;
+}
+
+Precision parsePrecision(const std::string& name) {
+    if (name == "bf16" || name == "fp32" || name == "fp16") return {name, MixedPrecision::None};
+    if (name == "bf16-lmhead-fp32") return {"bf16", MixedPrecision::Fp32Head};
+    if (name == "layercast") return {"fp32", MixedPrecision::Bf16RoundedWeights};
+    throw UsageError("unknown precision '" + name + "' (expected bf16, fp32, fp16, bf16-lmhead-fp32 or layercast)");
+}
 
 std::string kernelsName(Kernels kernels) {
     switch (kernels) {

@@ -64,7 +64,8 @@ public:
 
     // Reads and validates DIR (config.json, safetensors) or FILE.gguf (dequantized as transformers
     // does) and converts weights to `dtype` on `device`.
-    // fp16 on CPU is refused: libtorch has no fp16 matmul there.
+    // fp16 on CPU is refused where libtorch has no fp16 matmul there (1.13; PyTorch 2.x has one).
+    // numerics.mixed reads the final norm and lm_head in fp32, or rounds every weight to bf16.
     static Transformer load(const std::string& dir, torch::ScalarType dtype, torch::Device device,
                             LoadReport* report = nullptr, Numerics numerics = {});
 
@@ -140,6 +141,12 @@ torch::Tensor applyRopeAt(const torch::Tensor& x, const torch::Tensor& invFreq, 
 // HF RMSNorm: normalise in fp32, cast back, then scale by weight.
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
+// Whether this libtorch multiplies fp16 matrices on the CPU (PyTorch 2.x does, 1.13 does not).
+bool cpuMultipliesFp16();
+// Refuses fp16 on invariant kernels (they compute bf16 and fp32).
+void checkKernelsTakeDtype(Kernels kernels, torch::ScalarType dtype);
+// Refuses a mixed precision that does not apply to a model computing in `dtype`.
+void checkMixedPrecision(MixedPrecision mixed, torch::ScalarType dtype);
 torch::ScalarType parseDtype(const std::string& name);   // "fp32" | "bf16" | "fp16"
 std::string dtypeName(torch::ScalarType dtype);          // inverse of parseDtype
 torch::Device parseDevice(const std::string& name);      // "cpu" | "cuda" | "cuda:N"

@@ -422,7 +422,8 @@ TEST(Cli, Bf16AndQwen3Run) {
 }
 
 TEST(Cli, BadInputGivesOneLineErrors) {
-    expectOneLineError(runCli("generate --model " + model() + " --prompt-ids 1,2 --dtype fp16"), "fp16");
+    expectOneLineError(runCli("generate --model " + model() + " --prompt-ids 1,2 --dtype fp16 --kernels invariant"),
+                       "fp16");
     expectOneLineError(runCli("generate --model " + model() + " --prompt-ids 1,x"), "'x'");
     expectOneLineError(runCli("generate --model " + model() + " --prompt-ids 999999"), "outside the vocabulary");
     expectOneLineError(runCli("generate --model " + model() + " --prompt hi --chat-template vicuna"), "vicuna");

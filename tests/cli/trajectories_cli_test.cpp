@@ -2,6 +2,9 @@
 // `kvscope import` and `kvscope replay`: another engine's trajectories stored as a run and replayed
 // token by token. kvscope's own greedy trajectories (from `generate --json`) stand in for the engine:
 // their logprobs are known exactly, so the construction that made them must reproduce them exactly.
+#include "core/decode/teacher_forced.h"
+#include "core/model/transformer.h"
+#include "core/util/threads.h"
 #include "experiments/ledger.h"
 #include "support/test_support.h"
 
@@ -137,6 +140,11 @@ TEST(ReplayCli, WithInvariantKernelsLivePrefillAndChunkedAreOneConstruction) {
         EXPECT_EQ(t["max_abs_delta_vs"].size(), 3u);
         for (const auto& [other, delta] : t["max_abs_delta_vs"].items()) EXPECT_EQ(delta, 0.0) << other;
     }
+    EXPECT_EQ(last["summary"]["versus"].size(), 3u);
+    for (const auto& [other, v] : last["summary"]["versus"].items()) {
+        EXPECT_EQ(v["max_abs_delta"], 0.0) << other;
+        EXPECT_EQ(v["argmax_differs"], 0) << other;
+    }
 }
 
 TEST(ReplayCli, APlantedWrongTokenIsFoundAtItsIndex) {
@@ -157,6 +165,46 @@ TEST(ReplayCli, APlantedWrongTokenIsFoundAtItsIndex) {
     EXPECT_EQ(r["summary"]["trajectories_with_argmax_mismatch"], 1);
 }
 
+// Each precision replays under its own label with the model loaded that way: its logprobs are those
+// of scoreContinuation on a Transformer loaded with the precision's dtype and numerics, bit for bit,
+// and the remedies give other logprobs than the plain bf16 replay.
+TEST(ReplayCli, EachPrecisionIsTheModelLoadedWithItsDtypeAndNumerics) {
+    test::TempDir dir;
+    const std::string model = test::tinyModel("qwen2");
+    const std::string db = dir.file("l.db");
+    const auto lines = kvscopeTrajectories(model, "torch");
+    const std::string run = importRun(writeLines(dir, "t.jsonl", lines), db, model);
+    const test::ThreadCountGuard threads;
+    configureThreads(1);  // as the replays run (--threads 1)
+    std::vector<std::string> precisions = {"bf16", "bf16-lmhead-fp32", "layercast", "fp32"};
+    if (cpuMultipliesFp16()) precisions.push_back("fp16");
+    for (const std::string& name : precisions) {
+        const json r = replay(db, run, "--precision " + name);
+        EXPECT_EQ(r["label"], "prefill/torch/" + name);
+        const Precision precision = parsePrecision(name);
+        Numerics numerics;
+        numerics.mixed = precision.mixed;
+        const Transformer t = Transformer::load(model, parseDtype(precision.dtype), torch::kCPU, nullptr, numerics);
+        std::vector<double> expected;
+        for (const json& line : lines)
+            for (const ForcedScore& s : scoreContinuation(t, line["prompt_ids"].get<std::vector<int64_t>>(),
+                                                          line["output_ids"].get<std::vector<int64_t>>(), {}))
+                expected.push_back(s.logprob);
+        EXPECT_EQ(replayedLogprobs(r), expected) << name;
+        if (name == "bf16") continue;
+        double largest = 0;  // against the plain bf16 replay
+        for (const json& traj : r["trajectories"])
+            largest = std::max(largest, traj["max_abs_delta_vs"]["prefill/torch/bf16"].get<double>());
+        EXPECT_GT(largest, 0.0) << name;
+        const json& versus = r["summary"]["versus"]["prefill/torch/bf16"];
+        EXPECT_EQ(versus["max_abs_delta"].get<double>(), largest) << name << ": the run's figure is its trajectories'";
+        EXPECT_EQ(versus["tokens"], 72) << name;
+    }
+    const auto report = runCli("report " + shellQuote(db) + " --run " + run + " --format json");
+    ASSERT_EQ(report.exitCode, 0) << report.err;
+    EXPECT_EQ(json::parse(report.out)["replays"].size(), precisions.size());
+}
+
 TEST(ReplayCli, ResumesAndRefusesAnotherModelAStudyRunAndUnbuiltChoices) {
     test::TempDir dir;
     const std::string model = test::tinyModel("qwen2");
@@ -175,8 +223,8 @@ TEST(ReplayCli, ResumesAndRefusesAnotherModelAStudyRunAndUnbuiltChoices) {
     EXPECT_EQ(other.exitCode, 1);
     EXPECT_NE(other.err.find("not the model run " + run + " was imported with"), std::string::npos) << other.err;
     for (const auto& [flags, message] : std::vector<std::pair<std::string, std::string>>{
-             {"--run " + run + " --precision layercast", "not implemented yet"},
-             {"--run " + run + " --precision fp64", "expected bf16 or fp32"},
+             {"--run " + run + " --precision fp16 --kernels invariant", "fp16 runs on --kernels torch"},
+             {"--run " + run + " --precision fp64", "expected bf16, fp32, fp16, bf16-lmhead-fp32 or layercast"},
              {"--run " + run + " --reference chunked:0", "expected prefill, live or chunked:N"},
              {"--run 0000000000000000", "no run '0000000000000000' in this ledger"}}) {
         const auto r = runCli("replay " + shellQuote(db) + " " + flags);

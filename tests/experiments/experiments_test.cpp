@@ -112,6 +112,31 @@ TEST(ExperimentConfig, UnknownKeysAndBadValuesAreErrors) {
     expectError<ConfigError>([&] { ExperimentConfig::load(dir.file("broken.toml")); }, "broken.toml");
 }
 
+// `[protocols] precisions`: the 2x2's precisions; the study's bf16 and fp32 unless told, and then
+// absent from the manifest, so every earlier run keeps its id.
+TEST(ExperimentConfig, PrecisionsOfTheTwoByTwo) {
+    test::TempDir dir;
+    const ExperimentConfig defaults = ExperimentConfig::load(writeToml(dir, ""));
+    EXPECT_EQ(defaults.precisions, (std::vector<std::string>{"bf16", "fp32"}));
+    EXPECT_FALSE(defaults.toJson().contains("precisions"));
+    const ExperimentConfig chosen = ExperimentConfig::load(
+        writeToml(dir, "[protocols]\nprecisions = [\"bf16\", \"layercast\", \"bf16-lmhead-fp32\", \"fp16\"]\n"));
+    EXPECT_EQ(chosen.precisions, (std::vector<std::string>{"bf16", "layercast", "bf16-lmhead-fp32", "fp16"}));
+    EXPECT_EQ(chosen.toJson()["precisions"], nlohmann::json(chosen.precisions));
+    for (const auto& [body, fragment] : std::vector<std::pair<std::string, std::string>>{
+             {"[protocols]\nprecisions = [\"fp64\"]\n",
+              "key 'protocols.precisions' unknown precision 'fp64' (expected bf16, fp32, fp16, bf16-lmhead-fp32 or "
+              "layercast)"},
+             {"[protocols]\nprecisions = []\n", "key 'protocols.precisions' is empty"},
+             {"[protocols]\nprecisions = [\"fp32\", \"fp32\"]\n", "names 'fp32' twice"}})
+        expectError<ConfigError>([&] { ExperimentConfig::load(writeToml(dir, body)); }, fragment);
+    test::writeTextFile(dir.file("inv.toml"), "[model]\ndir = \"" + test::tinyModel("qwen2") +
+                                                  "\"\nkernels = \"invariant\"\n[dataset]\npath = \"data.jsonl\"\n"
+                                                  "[protocols]\nprecisions = [\"bf16\", \"fp16\"]\n");
+    expectError<ConfigError>([&] { ExperimentConfig::load(dir.file("inv.toml")); },
+                             "names fp16, which invariant kernels do not compute");
+}
+
 // `[model] catalog = NAME`: the model is where `kvscope fetch NAME` puts it, in the user's cache;
 // the manifest says so (and only then: older runs keep their ids).
 TEST(ExperimentConfig, ACatalogModelIsTheFetchedFileInTheUsersCache) {
@@ -223,7 +248,8 @@ ItemRecord sampleItem(const std::string& id, int64_t index, bool divergent) {
     m.marginsLive = {0.5, 0.03125, 1.0};
     r.results.matched = m;
     r.results.bridge = BridgeResult{true, std::nullopt};
-    r.results.fixedPrefix2x2 = FixedPrefixResult{{divergent, divergent ? std::optional<int64_t>(1) : std::nullopt}, {}};
+    r.results.fixedPrefix2x2 =
+        FixedPrefixResult{{{"bf16", {divergent, divergent ? std::optional<int64_t>(1) : std::nullopt}}, {"fp32", {}}}};
     r.results.audit = AuditResult{true, {}};
     if (divergent) {
         r.results.transplant = TransplantResult{"all", "kv", {true, false}, {true, false}};
@@ -430,6 +456,58 @@ TEST(Manifest, AResumeInAnotherEnvironmentIsRefusedNamingBothSides) {
     o.newRun = true;  // a new run beside it is what --new-run is for
     EXPECT_NO_THROW(runExperiment(c, o, [](const RunProgress&) {}, noStop));
     EXPECT_EQ(Ledger(o.ledgerPath, LedgerAccess::ReadOnly).runs().size(), 2u);
+}
+
+// fixed_prefix_2x2 over the remedies: one cell per chosen precision, each timed as its own step, in
+// the report (JSON, Markdown, CSV). With invariant kernels no precision's continuations split.
+TEST(Protocols, TheTwoByTwoComparesEveryChosenPrecisionAndTimesEach) {
+    std::vector<std::string> precisions = {"bf16", "fp32", "bf16-lmhead-fp32", "layercast"};
+    if (cpuMultipliesFp16()) precisions.push_back("fp16");
+    for (const char* kernels : {"torch", "invariant"}) {
+        test::TempDir dir;
+        const bool invariant = std::string(kernels) == "invariant";
+        std::vector<std::string> chosen = precisions;
+        if (invariant) chosen.erase(std::remove(chosen.begin(), chosen.end(), "fp16"), chosen.end());
+        std::string names;
+        for (const std::string& p : chosen) names += (names.empty() ? "\"" : ", \"") + p + "\"";
+        writeToml(dir, "");  // its dataset
+        test::writeTextFile(
+            dir.file("2x2.toml"),
+            "[model]\ndir = \"" + test::tinyModel("qwen2") + "\"\nkernels = \"" + kernels +
+                "\"\n[dataset]\npath = \"data.jsonl\"\n"
+                "[generation]\nmax_new_tokens = 24\nignore_eos = true\n[boundary]\nrule = \"fraction\"\n"
+                "[protocols]\nrun = [\"matched\", \"fixed_prefix_2x2\"]\nprecisions = [" +
+                names + "]\n");
+        const ExperimentConfig c = ExperimentConfig::load(dir.file("2x2.toml"));
+        RunOptions o;
+        o.ledgerPath = dir.file("ledger.db");
+        o.threads = 1;
+        const test::ThreadCountGuard restore;
+        const std::atomic<bool> noStop{false};
+        const RunSummary summary = runExperiment(c, o, [](const RunProgress&) {}, noStop);
+        ASSERT_EQ(summary.items.size(), 1u);
+        for (const std::string& p : chosen)
+            EXPECT_EQ(summary.items[0].secondsBy.count("fixed_prefix_2x2 " + p), 1u) << kernels << " " << p;
+        const Ledger ledger(o.ledgerPath, LedgerAccess::ReadOnly);
+        const auto items = ledger.items(summary.runId);
+        ASSERT_EQ(items.size(), 1u);
+        ASSERT_TRUE(items[0].results.fixedPrefix2x2.has_value());
+        EXPECT_EQ(items[0].results.fixedPrefix2x2->byPrecision.size(), chosen.size());
+        const nlohmann::json r = buildReport(items, ledger.run(summary.runId));
+        for (const std::string& p : chosen) {
+            EXPECT_EQ(r["fixed_prefix_2x2"][p]["n"], 1) << kernels << " " << p;
+            if (invariant) {
+                EXPECT_EQ(r["fixed_prefix_2x2"][p]["disagree"], 0) << p << ": live == prefill";
+            }
+        }
+        // The bf16 cell continues the main precision's prefill side: it splits exactly when matched does.
+        EXPECT_EQ(r["fixed_prefix_2x2"]["bf16"]["disagree"], r["matched"]["suffix_differ"]) << kernels;
+        EXPECT_NE(reportMarkdown(r).find("| layercast | 1 | "), std::string::npos) << reportMarkdown(r);
+        const std::string csv = itemsCsv(items);
+        const std::string fp16 = invariant || !cpuMultipliesFp16() ? "" : "disagree_fp16,";
+        EXPECT_NE(csv.find(",seconds," + fp16 + "disagree_bf16-lmhead-fp32,disagree_layercast\n"), std::string::npos)
+            << csv;
+    }
 }
 
 TEST(Ledger, AMergeOfShardsFromOtherEnvironmentsIsRefusedUnlessAllowedAndThenSaysSo) {

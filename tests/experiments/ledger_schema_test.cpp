@@ -85,7 +85,7 @@ TEST(LedgerSchema, VersionOneFixtureReadsIntoTheseValues) {
         EXPECT_TRUE(r.audit->reproduced);
         EXPECT_TRUE(r.audit->mismatches.empty());
         EXPECT_EQ(r.caches.count("live"), 1u);
-        EXPECT_FALSE(r.fixedPrefix2x2->fp32.disagree);
+        EXPECT_FALSE(r.fixedPrefix2x2->byPrecision.at("fp32").disagree);
         EXPECT_EQ(r.divergent(), item.itemId == "arith-03") << item.itemId;
     }
     // The divergent item, field by field.
@@ -97,7 +97,7 @@ TEST(LedgerSchema, VersionOneFixtureReadsIntoTheseValues) {
     EXPECT_EQ(d.matched->liveAtDivergence->margin, 0.015625);
     EXPECT_EQ(d.matched->answerLive, "1");
     EXPECT_FALSE(d.matched->correctLive);
-    EXPECT_EQ(d.fixedPrefix2x2->bf16.firstDivergence, 8);
+    EXPECT_EQ(d.fixedPrefix2x2->byPrecision.at("bf16").firstDivergence, 8);
     ASSERT_TRUE(d.transplant && d.localize);
     EXPECT_EQ(d.transplant->layers, "all");
     EXPECT_TRUE(d.transplant->prefillFromLive.followsDonor && d.transplant->liveFromPrefill.followsDonor);
@@ -119,7 +119,7 @@ TEST(LedgerSchema, VersionOneFixtureReadsIntoTheseValues) {
     const StudySummary study = summarizeStudy(items);
     EXPECT_EQ(study.matched.n, 4);
     EXPECT_EQ(study.matched.suffixDiffer, 1);
-    EXPECT_EQ(study.fixedPrefixBf16.disagree, 1);
+    EXPECT_EQ(study.fixedPrefix.at("bf16").disagree, 1);
     EXPECT_EQ(summarizeStudy(none).matched.noBoundary, 2);
 }
 
