@@ -57,6 +57,17 @@ inline kernels::LinearOrder linearOrderOf(Kernels kernels) {
     return kernels == Kernels::InvariantTiles ? kernels::LinearOrder::Tiles : kernels::LinearOrder::Pairs;
 }
 
+// The K/V of B sequences decoded together, left-padded as transformers' generate pads a batch:
+// row b's first pads[b] positions are padding, never attended to.
+struct BatchCache {
+    std::vector<int64_t> pads;                // [B]
+    std::vector<torch::Tensor> keys, values;  // per layer [B, KV, T, D]; T counts the pads
+    int64_t rows() const;
+    int64_t length() const;                                // T
+    torch::Tensor rowKeys(int64_t layer, int64_t row) const;    // [KV, T - pads[row], D]: the row's own
+    torch::Tensor rowValues(int64_t layer, int64_t row) const;  // [KV, T - pads[row], D]
+};
+
 class Transformer {
 public:
     Transformer(ModelConfig config, Weights weights, torch::ScalarType dtype, torch::Device device,
@@ -91,6 +102,14 @@ public:
     torch::Tensor forward(const std::vector<int64_t>& ids, KvCache& cache, Logits which = Logits::Last,
                           ForwardObserver* observer = nullptr) const;
 
+    // B rows of S new tokens each, computed together and appended to `cache` (cache.pads says where
+    // each row's padding ends; pad positions may hold any id). Returns fp32 logits of each row's last
+    // position, [B, vocab]. Torch kernels compute what transformers' batched eager forward computes
+    // (its products over all B*S rows, attention over the padded keys); invariant kernels give each
+    // row the bits it has alone. An observer sees the ops as [B*S, features].
+    torch::Tensor forwardBatch(const std::vector<std::vector<int64_t>>& ids, BatchCache& cache,
+                               ForwardObserver* observer = nullptr) const;
+
     // Training: independent sequences packed into one row. Sequence k occupies
     // ids[sequenceStarts[k], sequenceStarts[k+1]), attends only to itself and is rotated from
     // position 0, exactly as if it ran alone from an empty cache. Keeps no cache; returns fp32 logits
@@ -110,6 +129,8 @@ private:
                             ForwardObserver* observer) const;
     torch::Tensor invariantAttention(int64_t layer, const torch::Tensor& x, const Span& span, int64_t queries,
                                      ForwardObserver* observer) const;
+    torch::Tensor attentionBatch(int64_t layer, const torch::Tensor& x, const torch::Tensor& positions,
+                                 const torch::Tensor& hidden, BatchCache& cache, ForwardObserver* observer) const;
     torch::Tensor mlp(int64_t layer, const torch::Tensor& x, ForwardObserver* observer) const;
     torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const;
     torch::Tensor project(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {}) const;
