@@ -257,8 +257,7 @@ void addCompare(CLI::App& app) {
         const ExperimentConfig config = configOfRun(run, o->model);
         ModelPool models(config.modelDir, config.device, config.numerics());
         const Tokenizer tokenizer = Tokenizer::fromModelDir(config.modelDir);
-        const ItemContext ctx{config, tokenizer,
-                              [&](const std::string& d) -> const Transformer& { return models.get(d); }, ""};
+        const ItemContext ctx{config, tokenizer, &models, ""};
         const int64_t at = storedBoundary(item);  // first: it refuses an item without one, by name
         const BoundaryState boundary =
             rebuildBoundary(ctx, item.trajectories.at("prompt"), item.trajectories.at("trace"), at);

@@ -44,6 +44,15 @@ const std::vector<std::string>& allProtocols() {
     return names;
 }
 
+const std::vector<std::string>& knownProtocols() {
+    static const std::vector<std::string> names = [] {
+        std::vector<std::string> all = allProtocols();
+        all.emplace_back("batch");
+        return all;
+    }();
+    return names;
+}
+
 namespace {
 
 // Reads one TOML table, remembering which keys were used so the rest can be reported as unknown.
@@ -76,6 +85,17 @@ public:
             out.push_back(*s);
         }
     }
+    void readIntegers(const char* key, std::vector<int64_t>& out) {
+        used_.insert(key);
+        if (!t_ || !t_->contains(key)) return;
+        const toml::array* arr = (*t_)[key].as_array();
+        if (!arr) fail(key, "must be an array of integers");
+        out.clear();
+        for (const auto& e : *arr) {
+            if (!e.is_integer()) fail(key, "must be an array of integers");
+            out.push_back(*e.value<int64_t>());
+        }
+    }
     void rejectUnknown() const {
         if (!t_) return;
         for (const auto& [key, value] : *t_)
@@ -91,6 +111,22 @@ private:
     std::string where_, file_;
     std::set<std::string> used_;
 };
+
+// [batch] sizes = [1, 2, 8], padding = "left": the batch protocol's batches (1, alone, always among them).
+void readBatchSection(const toml::table* table, const std::string& path, ExperimentConfig& c) {
+    Table batch(table, "batch.", path);
+    batch.readIntegers("sizes", c.batchSizes);
+    batch.read("padding", c.batchPadding);
+    batch.rejectUnknown();
+    if (c.batchPadding != "left")
+        batch.fail("padding",
+                   "is '" + c.batchPadding + "' (expected \"left\": decoder-only generation pads on the left)");
+    for (const int64_t size : c.batchSizes)
+        if (size < 1 || size > 64) batch.fail("sizes", "holds " + std::to_string(size) + " (expected 1 to 64)");
+    if (std::find(c.batchSizes.begin(), c.batchSizes.end(), 1) == c.batchSizes.end()) c.batchSizes.push_back(1);
+    std::sort(c.batchSizes.begin(), c.batchSizes.end());
+    c.batchSizes.erase(std::unique(c.batchSizes.begin(), c.batchSizes.end()), c.batchSizes.end());
+}
 
 void requireOneOf(const std::string& file, const std::string& key, const std::string& value,
                   std::set<std::string> allowed) {
@@ -142,7 +178,7 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
             if (value.is_table() && key.str() != "generate")
                 throw ConfigError(path + ": unknown section [model." + std::string(key.str()) + "]");
     static const std::set<std::string> sections = {"model",  "dataset",   "generation", "boundary",
-                                                   "answer", "protocols", "transplant"};
+                                                   "answer", "protocols", "transplant", "batch"};
     for (const auto& [key, value] : root)
         if (value.is_table() && !sections.count(std::string(key.str())))
             throw ConfigError(path + ": unknown section [" + std::string(key.str()) + "]");
@@ -292,7 +328,7 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
     }
     c.protocols.clear();
     for (const auto& p : run) {
-        requireOneOf(path, "protocols.run", p, {allProtocols().begin(), allProtocols().end()});
+        requireOneOf(path, "protocols.run", p, {knownProtocols().begin(), knownProtocols().end()});
         c.protocols.insert(p);
     }
 
@@ -309,6 +345,7 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
     requireOneOf(path, "transplant.kv", c.transplantKv, {"k", "v", "kv"});
     c.transplantSelection =
         readChoice(path, "transplant.selection", selection, {TransplantSelection::All, TransplantSelection::Sample});
+    readBatchSection(root["batch"].as_table(), path, c);
     return c;
 }
 
@@ -418,6 +455,7 @@ nlohmann::json ExperimentConfig::toJson() const {
                           {"seed", transplantSeed}}}};
     if (!modelCatalog.empty()) j["model"]["catalog"] = modelCatalog;  // only then: older runs keep their ids
     if (precisions != std::vector<std::string>{"bf16", "fp32"}) j["precisions"] = precisions;  // likewise
+    if (runs("batch")) j["batch"] = {{"sizes", batchSizes}, {"padding", batchPadding}};
     return j;
 }
 

@@ -13,8 +13,10 @@
 //   [generation] max_new_tokens, stop = [...], ignore_eos = false, temperature, top_k, top_p, seed
 //   [boundary]   rule = "marker" | "offset" | "fraction", marker, offset, fraction
 //   [answer]     extract = "last_number" | "regex" | "boxed", regex
-//   [protocols]  run = ["matched", "fixed_prefix_2x2", "bridge", "audit", "transplant", "localize"]
+//   [protocols]  run = ["matched", "fixed_prefix_2x2", "bridge", "audit", "transplant", "localize"] (the
+//                default; "batch" runs only when named), precisions = ["bf16", "fp32"] (the 2x2's)
 //   [transplant] layers = "all", kv = "kv", selection = "all" | "sample", sample_fraction, seed
+//   [batch]      sizes = [1, 2, 8], padding = "left"
 #include "experiments/dataset.h"
 
 #include "core/decode/sampler.h"
@@ -62,6 +64,9 @@ struct ExperimentConfig {
     std::set<std::string> protocols;
     // fixed_prefix_2x2's precisions (parsePrecision names): the study's bf16 x fp32 unless told.
     std::vector<std::string> precisions = {"bf16", "fp32"};
+    // The batch protocol's batch sizes (sorted, 1 among them: the item alone) and padding side.
+    std::vector<int64_t> batchSizes = {1, 2, 8};
+    std::string batchPadding = "left";
     std::string transplantLayers = "all";
     std::string transplantKv = "kv";
     TransplantSelection transplantSelection = TransplantSelection::All;
@@ -80,6 +85,7 @@ struct ExperimentConfig {
     nlohmann::json toJson() const;  // the resolved configuration, for the manifest
 };
 
-const std::vector<std::string>& allProtocols();
+const std::vector<std::string>& allProtocols();  // the default `run`: the study's protocols
+const std::vector<std::string>& knownProtocols();  // those and the ones run only when named ("batch")
 
 }  // namespace kvscope::experiments

@@ -3,6 +3,7 @@
 
 #include "core/model/numerics.h"
 #include "core/util/error.h"
+#include "core/util/parse.h"
 
 #include <cmath>
 #include <functional>
@@ -278,6 +279,36 @@ ItemStatus parseItemStatus(const std::string& name, const std::string& where) {
     throw FormatError(where + ": status '" + name + "' is not one of done, no_boundary");
 }
 
+json batchJson(const BatchResult& b) {
+    json out = json::object();
+    for (const auto& [kernels, sizes] : b.byKernels)
+        for (const auto& [size, c] : sizes)
+            out[kernels][std::to_string(size)] = {{"logits_equal", c.logitsEqual},
+                                                  {"cache_equal", c.cacheEqual},
+                                                  {"first_divergence", nullable(c.firstDivergence)},
+                                                  {"margin_at_divergence", nullable(c.marginAtDivergence)},
+                                                  {"first_differing_op", nullable(c.firstDifferingOp)}};
+    return out;
+}
+
+BatchResult readBatch(const Fields& f) {
+    BatchResult b;
+    for (const auto& [kernels, sizes] : f.raw().items()) {
+        if (kernels != "torch" && kernels != "invariant")
+            throw FormatError(f.where() + ": kernels '" + kernels + "' (expected torch or invariant)");
+        const Fields bySize = f.object(kernels.c_str());
+        for (const auto& [size, cell] : bySize.raw().items()) {
+            const Fields c = bySize.object(size.c_str());
+            const std::optional<int64_t> n = parseNonNegativeInt(size);
+            if (!n || *n < 1) throw FormatError(bySize.where() + ": '" + size + "' is not a batch size");
+            b.byKernels[kernels][*n] = {c.boolean("logits_equal"), c.boolean("cache_equal"),
+                                        c.nullableInteger("first_divergence"), c.nullableNumber("margin_at_divergence"),
+                                        c.nullableText("first_differing_op")};
+        }
+    }
+    return b;
+}
+
 json toJson(const ItemResults& r) {
     json j = json::object();
     if (r.trace) j["trace"] = traceJson(*r.trace);
@@ -290,6 +321,7 @@ json toJson(const ItemResults& r) {
     if (r.transplant) j["transplant"] = transplantJson(*r.transplant);
     if (r.localize) j["localize"] = localizeJson(*r.localize);
     if (r.audit) j["audit"] = {{"reproduced", r.audit->reproduced}, {"mismatches", r.audit->mismatches}};
+    if (r.batch) j["batch"] = batchJson(*r.batch);
     if (!r.caches.empty()) j["caches"] = r.caches;
     if (r.engine) j["engine"] = engineJson(*r.engine);
     for (const auto& [label, replay] : r.replays) j[replayProtocol(label)] = replayJson(replay);
@@ -315,6 +347,8 @@ void readProtocolResult(ItemResults& r, const std::string& protocol, const json&
         r.localize = readLocalize(f);
     else if (protocol == "audit")
         r.audit = AuditResult{f.boolean("reproduced"), f.texts("mismatches")};
+    else if (protocol == "batch")
+        r.batch = readBatch(f);
     else if (protocol == "caches")
         r.caches = readCaches(f);
     else if (protocol == "engine")

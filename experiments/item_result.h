@@ -104,6 +104,21 @@ struct ReplayResult {
     std::vector<int64_t> argmaxes, ranks;
 };
 
+// batch: the item's prompt decoded greedily alone (a batch of 1) and as the first row of a
+// left-padded batch of another size, its fillers the dataset's next items; one cell per size.
+struct BatchCell {
+    bool logitsEqual = true;  // the item's logits at every step up to the first divergence bit-equal to alone
+    bool cacheEqual = true;   // the prompt's K/V in the item's row bit-equal to alone's after the prefill
+    std::optional<int64_t> firstDivergence;    // the first generated step whose greedy token differs
+    std::optional<double> marginAtDivergence;  // alone's top-1 minus top-2 logit there
+    // Where logits differ: that step's first op whose item row differs, "step K, layer L OP" (step 0:
+    // the prefill; "logits" and "final_norm" are the head's)
+    std::optional<std::string> firstDifferingOp;
+};
+struct BatchResult {
+    std::map<std::string, std::map<int64_t, BatchCell>> byKernels;  // "torch" | "invariant" -> size -> cell
+};
+
 // Every protocol's part, present where the protocol ran for the item.
 struct ItemResults {
     std::optional<TraceResult> trace;
@@ -113,6 +128,7 @@ struct ItemResults {
     std::optional<TransplantResult> transplant;
     std::optional<LocalizeResult> localize;
     std::optional<AuditResult> audit;
+    std::optional<BatchResult> batch;
     std::map<std::string, std::string> caches;  // construction -> saved cache file (--keep-caches)
     std::optional<EngineRecord> engine;          // imported trajectories only
     std::map<std::string, ReplayResult> replays;  // replay label ("prefill/torch/bf16") -> its tokens

@@ -29,19 +29,40 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace kvscope::experiments {
+
+// Loads models lazily by precision and kernels, so a run only pays for the models it uses.
+class ModelPool {
+public:
+    ModelPool(std::string dir, std::string device, Numerics numerics = {})
+        : dir_(std::move(dir)), device_(std::move(device)), numerics_(numerics) {}
+    // `precision`: a parsePrecision name ("bf16", "fp32", "fp16", "bf16-lmhead-fp32", "layercast").
+    const Transformer& get(const std::string& precision);  // with the pool's kernels
+    const Transformer& get(const std::string& precision, Kernels kernels);
+
+private:
+    std::string dir_, device_;
+    Numerics numerics_;
+    std::vector<std::pair<std::string, std::shared_ptr<Transformer>>> loaded_;  // key: precision + "/" + kernels
+};
 
 struct ItemContext {
     const ExperimentConfig& config;
     const Tokenizer& tokenizer;
-    // precision name (parsePrecision: "bf16", "layercast", ...) -> model; holds the main dtype
-    // (config.dtypes[0]) and, for fixed_prefix_2x2, each of config.precisions.
-    std::function<const Transformer&(const std::string& precision)> model;
+    // The run's models: the main dtype (config.dtypes[0]) and, for fixed_prefix_2x2, each of
+    // config.precisions, with the run's kernels; the batch protocol takes both kernel sets.
+    ModelPool* models;
     std::string keepCachesDir;  // non-empty: save live and prefill caches there
+    // The batch protocol's fillers: the run's dataset (null where no batch protocol runs).
+    const std::vector<DatasetItem>* dataset = nullptr;
     // Every item's prompt through one renderer: the checkpoint's template is read once a run.
     std::shared_ptr<const ChatRenderer> chat =
         std::make_shared<const ChatRenderer>(config.chatTemplate, config.modelDir);
+    // precision name (parsePrecision: "bf16", "layercast", ...) -> the model with the run's kernels
+    const Transformer& model(const std::string& precision) const { return models->get(precision); }
 };
 
 // Runs every selected protocol for one item and returns what the ledger stores.

@@ -174,6 +174,63 @@ json localizeTable(const std::vector<ItemRecord>& items) {
     return {{"n", n}, {"layers_needed", needed}, {"items", rows}};
 }
 
+// The batch protocol per kernel set and batch size: items compared, logits and caches bit-equal to
+// alone, greedy suffixes that split, where (generated step) and at what margin, and the first item's
+// first differing prefill op (the locator's answer for that size).
+json batchTable(const std::vector<ItemRecord>& items) {
+    json out = json::object();
+    std::map<std::string, std::map<int64_t, std::vector<std::pair<std::string, BatchCell>>>> cells;
+    for (const auto& item : items)
+        if (item.results.batch)
+            for (const auto& [kernels, sizes] : item.results.batch->byKernels)
+                for (const auto& [size, cell] : sizes) cells[kernels][size].emplace_back(item.itemId, cell);
+    for (const auto& [kernels, sizes] : cells)
+        for (const auto& [size, rows] : sizes) {
+            int64_t logits = 0, caches = 0, split = 0;
+            std::vector<double> at, margins;
+            json op = nullptr;
+            for (const auto& [id, c] : rows) {
+                logits += c.logitsEqual;
+                caches += c.cacheEqual;
+                if (c.firstDivergence) {
+                    ++split;
+                    at.push_back(static_cast<double>(*c.firstDivergence));
+                    if (c.marginAtDivergence) margins.push_back(*c.marginAtDivergence);
+                }
+                if (op.is_null() && c.firstDifferingOp) op = {{"item", id}, {"op", *c.firstDifferingOp}};
+            }
+            out[kernels][std::to_string(size)] = {{"n", rows.size()},
+                                                  {"logits_equal", logits},
+                                                  {"cache_equal", caches},
+                                                  {"suffix_split", split},
+                                                  {"first_divergence", toJson(quantilesOf(at))},
+                                                  {"margin_at_divergence", toJson(quantilesOf(margins))},
+                                                  {"first_differing_op", op}};
+        }
+    return out;
+}
+
+std::string batchMarkdown(const json& batch) {
+    if (batch.empty()) return "";
+    std::ostringstream s;
+    s << "\n## batch (alone vs inside a left-padded batch)\n\n| kernels | batch size | n | logits bit-equal | prompt "
+         "K/V bit-equal | greedy suffixes split | first divergence (median) | margin there (median) | first "
+         "differing op (item) |\n|---|---|---|---|---|---|---|---|---|\n";
+    for (const auto& [kernels, sizes] : batch.items())
+        for (const auto& [size, row] : sizes.items()) {
+            const json& op = row["first_differing_op"];
+            s << "| " << kernels << " | " << size << " | " << row["n"] << " | " << row["logits_equal"] << " | "
+              << row["cache_equal"] << " | " << row["suffix_split"] << " | "
+              << (row["first_divergence"].contains("median") ? row["first_divergence"]["median"].dump() : "-") << " | "
+              << (row["margin_at_divergence"].contains("median") ? row["margin_at_divergence"]["median"].dump() : "-")
+              << " | "
+              << (op.is_null() ? std::string("-")
+                               : op["op"].get<std::string>() + " (" + op["item"].get<std::string>() + ")")
+              << " |\n";
+        }
+    return s.str();
+}
+
 // A CSV cell: empty where the value is absent; numbers and booleans as JSON writes them.
 template <typename T>
 std::string csvField(const std::optional<T>& v) {
@@ -345,6 +402,7 @@ json buildReport(const std::vector<ItemRecord>& items, const RunInfo& run) {
             {"audit", countFlag(items, &ItemResults::audit, &AuditResult::reproduced, "reproduced")},
             {"transplant", transplantTable(items)},
             {"localize", localizeTable(items)},
+            {"batch", batchTable(items)},
             {"time", timeTable(items)}};
 }
 
@@ -391,7 +449,7 @@ std::string reportMarkdown(const json& r) {
       << r["transplant"]["n"] << " |\n"
       << "| localize: items with a sufficient layer range | " << r["localize"]["layers_needed"].size() << " / "
       << r["localize"]["n"] << " |\n"
-      << timeMarkdown(r["time"]);
+      << batchMarkdown(r.value("batch", json::object())) << timeMarkdown(r["time"]);
     return s.str();
 }
 

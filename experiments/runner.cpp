@@ -167,8 +167,8 @@ RunSummary runExperiment(const ExperimentConfig& config, const RunOptions& o,
 
     ModelPool models(config.modelDir, config.device, config.numerics());
     const Tokenizer tokenizer = Tokenizer::fromModelDir(config.modelDir);
-    ItemContext ctx{config, tokenizer, [&](const std::string& d) -> const Transformer& { return models.get(d); },
-                    o.keepCachesDir};
+    ItemContext ctx{config, tokenizer, &models, o.keepCachesDir};
+    ctx.dataset = &items;
 
     RunProgress progress;
     progress.total = static_cast<int64_t>(todo.size());
@@ -226,9 +226,9 @@ AuditSummary auditRun(const Ledger& ledger, const std::string& runId, const Audi
     config.protocols.erase("audit");
     ModelPool models(config.modelDir, config.device, config.numerics());
     const Tokenizer tokenizer = Tokenizer::fromModelDir(config.modelDir);
-    const ItemContext ctx{config, tokenizer, [&](const std::string& d) -> const Transformer& { return models.get(d); },
-                          ""};
     const auto dataset = loadDataset(config.datasetPath);
+    ItemContext ctx{config, tokenizer, &models, ""};
+    ctx.dataset = &dataset;
     AuditSummary summary;
     summary.atPrefillSpeed = auditsAtPrefillSpeed(config, options.depth);
     summary.runEnvironment = environmentText(environmentOf(run.manifest));

@@ -104,19 +104,4 @@ AuditSummary auditRun(const Ledger& ledger, const std::string& runId, const Audi
 // `modelDir` or `datasetPath` says where those inputs are now.
 ExperimentConfig configOfRun(const RunInfo& run, const std::string& modelDir = "", const std::string& datasetPath = "");
 
-// Loads models lazily by dtype name, so a run only pays for the precisions it uses.
-class ModelPool {
-public:
-    ModelPool(std::string dir, std::string device, Numerics numerics = {})
-        : dir_(std::move(dir)), device_(std::move(device)), numerics_(numerics) {}
-    // `precision`: a parsePrecision name ("bf16", "fp32", "fp16", "bf16-lmhead-fp32", "layercast").
-    const Transformer& get(const std::string& precision);  // with the pool's kernels
-    const Transformer& get(const std::string& precision, Kernels kernels);
-
-private:
-    std::string dir_, device_;
-    Numerics numerics_;
-    std::vector<std::pair<std::string, std::shared_ptr<Transformer>>> loaded_;  // key: precision + "/" + kernels
-};
-
 }  // namespace kvscope::experiments

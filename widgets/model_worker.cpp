@@ -45,10 +45,7 @@ struct ModelWorker::State {
     std::optional<experiments::BoundaryState> boundary;
     AnalysisView lastAnalysis;
 
-    ItemContext context() {
-        return ItemContext{*config, *tokenizer,
-                           [this](const std::string& d) -> const Transformer& { return models->get(d); }, ""};
-    }
+    ItemContext context() { return ItemContext{*config, *tokenizer, models.get(), ""}; }
     const Transformer& mainModel() { return models->get(config->dtypes.front()); }
 
     void useConfig(ExperimentConfig c, const std::string& key) {

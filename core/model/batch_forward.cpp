@@ -130,8 +130,9 @@ torch::Tensor Transformer::attentionBatch(int64_t l, const torch::Tensor& x, con
                 if (start == 0) return fresh.transpose(0, 1).contiguous();
                 return torch::cat({side[b].narrow(1, pad, start - pad), fresh.transpose(0, 1)}, 1);
             };
-            out[b].narrow(0, first, real).copy_(
-                kernels::attention(qb, history(cache.keys[layer], kb), history(cache.values[layer], vb), at));
+            out[b]
+                .narrow(0, first, real)
+                .copy_(kernels::attention(qb, history(cache.keys[layer], kb), history(cache.values[layer], vb), at));
         }
         append(cache, layer, k.transpose(1, 2), v.transpose(1, 2));  // the pads' (unrotated) keys never read
         out = out.view({B * S, Q * D});                                                    // [B*S, Q*D]

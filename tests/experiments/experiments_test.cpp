@@ -510,6 +510,82 @@ TEST(Protocols, TheTwoByTwoComparesEveryChosenPrecisionAndTimesEach) {
     }
 }
 
+// The batch protocol: each item alone and as the first row of left-padded batches of 2 and 4 (fillers:
+// the dataset's next items), with torch and invariant kernels. With invariant kernels nothing depends
+// on the batch: logits, caches and greedy suffixes equal to alone, no op differs. What torch kernels
+// do is the finding; their cells must agree with themselves.
+TEST(Protocols, TheBatchProtocolFindsNothingWithInvariantKernels) {
+    test::TempDir dir;
+    std::string lines;
+    for (const char* p : {"12+7=", "3*4+1=", "100-58=", "9*9=", "1+2+3+4+5="})
+        lines += std::string("{\"id\": \"") + p + "\", \"prompt\": \"" + p + "\", \"answer\": \"0\"}\n";
+    test::writeTextFile(dir.file("data.jsonl"), lines);
+    test::writeTextFile(dir.file("batch.toml"), "[model]\ndir = \"" + test::tinyModel("qwen2-wide") +
+                                                    "\"\n[dataset]\npath = \"data.jsonl\"\nchat_template = \"plain\"\n"
+                                                    "[generation]\nmax_new_tokens = 16\nignore_eos = true\n"
+                                                    "[boundary]\nrule = \"fraction\"\n"
+                                                    "[protocols]\nrun = [\"batch\"]\n[batch]\nsizes = [4, 2]\n");
+    const ExperimentConfig c = ExperimentConfig::load(dir.file("batch.toml"));
+    EXPECT_EQ(c.batchSizes, (std::vector<int64_t>{1, 2, 4}));
+    EXPECT_EQ(c.toJson()["batch"]["sizes"], nlohmann::json({1, 2, 4}));
+    RunOptions o;
+    o.ledgerPath = dir.file("ledger.db");
+    o.threads = 1;
+    const test::ThreadCountGuard restore;
+    const std::atomic<bool> noStop{false};
+    const RunSummary summary = runExperiment(c, o, [](const RunProgress&) {}, noStop);
+    const Ledger ledger(o.ledgerPath, LedgerAccess::ReadOnly);
+    const auto items = ledger.items(summary.runId);
+    ASSERT_EQ(items.size(), 5u);
+    for (const ItemRecord& item : items) {
+        ASSERT_TRUE(item.results.batch.has_value()) << item.itemId;
+        for (const char* kernels : {"torch", "invariant"}) {
+            const auto& sizes = item.results.batch->byKernels.at(kernels);
+            ASSERT_EQ(sizes.size(), 2u) << kernels;
+            for (const auto& [size, cell] : sizes) {
+                const std::string where = item.itemId + " " + kernels + " " + std::to_string(size);
+                if (std::string(kernels) == "invariant") {
+                    EXPECT_TRUE(cell.logitsEqual && cell.cacheEqual) << where;
+                    EXPECT_FALSE(cell.firstDivergence.has_value()) << where;
+                    EXPECT_FALSE(cell.firstDifferingOp.has_value()) << where;
+                }
+                if (cell.firstDivergence) {
+                    EXPECT_FALSE(cell.logitsEqual) << where << ": greedy tokens split only where logits differ";
+                    EXPECT_TRUE(cell.marginAtDivergence.has_value()) << where;
+                }
+                EXPECT_EQ(cell.firstDifferingOp.has_value(), !cell.logitsEqual) << where;
+                if (!cell.cacheEqual) {
+                    EXPECT_EQ(cell.firstDifferingOp.value_or("").rfind("step 0, ", 0), 0u) << where;
+                }
+            }
+        }
+    }
+    // Stored and read back: the same values.
+    EXPECT_TRUE(sameResults(itemResultsFromJson(toJson(items[0].results), "test"), items[0].results));
+    const nlohmann::json r = buildReport(items, ledger.run(summary.runId));
+    for (const char* size : {"2", "4"}) {
+        EXPECT_EQ(r["batch"]["invariant"][size]["n"], 5);
+        EXPECT_EQ(r["batch"]["invariant"][size]["logits_equal"], 5);
+        EXPECT_EQ(r["batch"]["invariant"][size]["suffix_split"], 0);
+        EXPECT_TRUE(r["batch"]["invariant"][size]["first_differing_op"].is_null());
+        EXPECT_EQ(r["batch"]["torch"][size]["n"], 5);
+    }
+    EXPECT_NE(reportMarkdown(r).find("## batch"), std::string::npos);
+    EXPECT_NE(reportMarkdown(r).find("| invariant | 4 | 5 | 5 | 5 | 0 | - | - | - |"), std::string::npos)
+        << reportMarkdown(r);
+}
+
+TEST(ExperimentConfig, TheBatchSectionRefusesWhatItCannotRun) {
+    test::TempDir dir;
+    for (const auto& [body, fragment] : std::vector<std::pair<std::string, std::string>>{
+             {"[batch]\npadding = \"right\"\n", "key 'batch.padding' is 'right' (expected \"left\""},
+             {"[batch]\nsizes = [0, 2]\n", "key 'batch.sizes' holds 0 (expected 1 to 64)"},
+             {"[batch]\nsizes = [2.5]\n", "key 'batch.sizes' must be an array of integers"},
+             {"[batch]\nsize = [2]\n", "unknown key 'batch.size'"}})
+        expectError<ConfigError>([&] { ExperimentConfig::load(writeToml(dir, body)); }, fragment);
+    EXPECT_FALSE(ExperimentConfig::load(writeToml(dir, "")).toJson().contains("batch")) << "run ids unchanged";
+}
+
 TEST(Ledger, AMergeOfShardsFromOtherEnvironmentsIsRefusedUnlessAllowedAndThenSaysSo) {
     test::TempDir dir;
     ExperimentConfig c = ExperimentConfig::load(writeToml(dir, ""));
