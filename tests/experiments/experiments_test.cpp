@@ -575,6 +575,18 @@ TEST(Protocols, TheBatchProtocolFindsNothingWithInvariantKernels) {
         << reportMarkdown(r);
 }
 
+// Every experiment file shipped in experiments/ is one this code reads (the demo, the SmolLM2 study,
+// the invariant and batch variants).
+TEST(ExperimentConfig, EveryShippedExperimentFileLoads) {
+    int files = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(test::testDataDir() + "/../../experiments"))
+        if (entry.path().extension() == ".toml") {
+            ++files;
+            EXPECT_NO_THROW(ExperimentConfig::load(entry.path().string())) << entry.path();
+        }
+    EXPECT_GE(files, 8);
+}
+
 TEST(ExperimentConfig, TheBatchSectionRefusesWhatItCannotRun) {
     test::TempDir dir;
     for (const auto& [body, fragment] : std::vector<std::pair<std::string, std::string>>{
