@@ -258,9 +258,7 @@ void addCompare(CLI::App& app) {
         ModelPool models(config.modelDir, config.device, config.numerics());
         const Tokenizer tokenizer = Tokenizer::fromModelDir(config.modelDir);
         const ItemContext ctx{config, tokenizer, &models, ""};
-        const int64_t at = storedBoundary(item);  // first: it refuses an item without one, by name
-        const BoundaryState boundary =
-            rebuildBoundary(ctx, item.trajectories.at("prompt"), item.trajectories.at("trace"), at);
+        const BoundaryState boundary = rebuildStoredBoundary(ctx, item);
         const SideRecipe a = o->a.recipe(), b = o->b.recipe();
         const SideComparison c = compareSides(
             ctx, [&](const std::string& d, Kernels k) -> const Transformer& { return models.get(d, k); }, boundary, a,

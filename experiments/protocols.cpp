@@ -455,6 +455,19 @@ int64_t storedBoundary(const ItemRecord& item) {
     return *item.results.trace->boundary;
 }
 
+BoundaryState rebuildStoredBoundary(const ItemContext& ctx, const ItemRecord& item,
+                                    const std::function<bool()>& keepGoing) {
+    const int64_t boundary = storedBoundary(item);  // first: it refuses an item without one, by name
+    BoundaryState state =
+        rebuildBoundary(ctx, item.trajectories.at("prompt"), item.trajectories.at("trace"), boundary, keepGoing);
+    if (state.liveSuffix.ids != item.trajectories.at("suffix_live") ||
+        state.prefillSuffix.ids != item.trajectories.at("suffix_prefill"))
+        throw UsageError("rebuilding item " + item.itemId +
+                         " does not reproduce the ledger's continuations "
+                         "(has the model or kvscope changed since the run? `kvscope audit` tells)");
+    return state;
+}
+
 BoundaryState rebuildBoundary(const ItemContext& ctx, const std::vector<int64_t>& prompt,
                               const std::vector<int64_t>& trace, int64_t boundary,
                               const std::function<bool()>& keepGoing) {

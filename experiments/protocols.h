@@ -119,6 +119,12 @@ struct BoundaryState {
 BoundaryState rebuildBoundary(const ItemContext& ctx, const std::vector<int64_t>& prompt,
                               const std::vector<int64_t>& trace, int64_t boundary,
                               const std::function<bool()>& keepGoing = {});
+// A ledger item's boundary rebuilt from its stored prompt and trace, and checked against the
+// ledger: the rebuilt live and prefill continuations must be those it recorded, or the views built on
+// them would explain something else (UsageError: the model or kvscope changed since the run). An
+// item without a boundary is refused by name (storedBoundary).
+BoundaryState rebuildStoredBoundary(const ItemContext& ctx, const ItemRecord& item,
+                                    const std::function<bool()>& keepGoing = {});
 // A continuation from any cache of that prefix (a transplant, say) under the run's rules, by the
 // model of `dtype` (empty: the run's main precision), which must be the one that built the cache.
 GenerationResult continueWithRunRules(const ItemContext& ctx, const KvCache& cache, int64_t budget,

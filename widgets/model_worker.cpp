@@ -210,7 +210,7 @@ void ModelWorker::openModel(quint64 job, const QString& dir, const QString& dtyp
 
 void ModelWorker::analyzeLedgerItem(quint64 job, const experiments::RunInfo& run, const experiments::ItemRecord& item) {
     post(job, tr("analyse item"), [this, job, run, item] {
-        const int64_t boundary = experiments::storedBoundary(item);
+        experiments::storedBoundary(item);  // first: an item without a boundary is refused by name
         state_->useConfig(experiments::configOfRun(run), run.runId);
         AnalysisView v;
         v.job = job;
@@ -225,15 +225,7 @@ void ModelWorker::analyzeLedgerItem(quint64 job, const experiments::RunInfo& run
             v.localizeKeys = spec.keys;
             v.localizeValues = spec.values;
         }
-        state_->boundary =
-            experiments::rebuildBoundary(ctx, item.trajectories.at("prompt"), item.trajectories.at("trace"), boundary,
-                                         [this] { return keepGoing(); });
-        // The rebuilt continuations must be the ledger's, or the views would explain something else.
-        if (state_->boundary->liveSuffix.ids != item.trajectories.at("suffix_live") ||
-            state_->boundary->prefillSuffix.ids != item.trajectories.at("suffix_prefill"))
-            throw UsageError("rebuilding item " + item.itemId +
-                             " does not reproduce the ledger's continuations "
-                             "(has the model or kvscope changed since the run? `kvscope audit` tells)");
+        state_->boundary = experiments::rebuildStoredBoundary(ctx, item, [this] { return keepGoing(); });
         emit analysisReady(state_->finish(std::move(v)));
     });
 }

@@ -318,6 +318,12 @@ TEST(RunCli, AuditDetectsATamperedRow) {
     EXPECT_NE(audit.out.find("item arith-01: trajectory 'suffix_live' differs at token 5"), std::string::npos)
         << audit.out;
     EXPECT_NE(audit.out.find("1/2 items reproduced"), std::string::npos) << audit.out;
+    // `compare` rebuilds the item and checks it against the ledger first, as the GUI does.
+    const auto compared = runCli("compare " + shellQuote(db) + " --item arith-01");
+    EXPECT_EQ(compared.exitCode, 2) << compared.err;
+    EXPECT_NE(compared.err.find("rebuilding item arith-01 does not reproduce the ledger's continuations"),
+              std::string::npos)
+        << compared.err;
 }
 
 TEST(RunCli, ChangedInputsAreRefusedUnlessANewRunIsAsked) {
