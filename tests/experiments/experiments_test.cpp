@@ -458,6 +458,16 @@ TEST(Manifest, AResumeInAnotherEnvironmentIsRefusedNamingBothSides) {
     EXPECT_EQ(Ledger(o.ledgerPath, LedgerAccess::ReadOnly).runs().size(), 2u);
 }
 
+// `c` run in-process on one thread into `ledgerPath`, every item.
+RunSummary runOnOneThread(const ExperimentConfig& c, const std::string& ledgerPath) {
+    RunOptions o;
+    o.ledgerPath = ledgerPath;
+    o.threads = 1;
+    const test::ThreadCountGuard restore;
+    const std::atomic<bool> noStop{false};
+    return runExperiment(c, o, [](const RunProgress&) {}, noStop);
+}
+
 // fixed_prefix_2x2 over the remedies: one cell per chosen precision, each timed as its own step, in
 // the report (JSON, Markdown, CSV). With invariant kernels no precision's continuations split.
 TEST(Protocols, TheTwoByTwoComparesEveryChosenPrecisionAndTimesEach) {
@@ -479,16 +489,11 @@ TEST(Protocols, TheTwoByTwoComparesEveryChosenPrecisionAndTimesEach) {
                 "[protocols]\nrun = [\"matched\", \"fixed_prefix_2x2\"]\nprecisions = [" +
                 names + "]\n");
         const ExperimentConfig c = ExperimentConfig::load(dir.file("2x2.toml"));
-        RunOptions o;
-        o.ledgerPath = dir.file("ledger.db");
-        o.threads = 1;
-        const test::ThreadCountGuard restore;
-        const std::atomic<bool> noStop{false};
-        const RunSummary summary = runExperiment(c, o, [](const RunProgress&) {}, noStop);
+        const RunSummary summary = runOnOneThread(c, dir.file("ledger.db"));
         ASSERT_EQ(summary.items.size(), 1u);
         for (const std::string& p : chosen)
             EXPECT_EQ(summary.items[0].secondsBy.count("fixed_prefix_2x2 " + p), 1u) << kernels << " " << p;
-        const Ledger ledger(o.ledgerPath, LedgerAccess::ReadOnly);
+        const Ledger ledger(dir.file("ledger.db"), LedgerAccess::ReadOnly);
         const auto items = ledger.items(summary.runId);
         ASSERT_EQ(items.size(), 1u);
         ASSERT_TRUE(items[0].results.fixedPrefix2x2.has_value());
@@ -528,13 +533,8 @@ TEST(Protocols, TheBatchProtocolFindsNothingWithInvariantKernels) {
     const ExperimentConfig c = ExperimentConfig::load(dir.file("batch.toml"));
     EXPECT_EQ(c.batchSizes, (std::vector<int64_t>{1, 2, 4}));
     EXPECT_EQ(c.toJson()["batch"]["sizes"], nlohmann::json({1, 2, 4}));
-    RunOptions o;
-    o.ledgerPath = dir.file("ledger.db");
-    o.threads = 1;
-    const test::ThreadCountGuard restore;
-    const std::atomic<bool> noStop{false};
-    const RunSummary summary = runExperiment(c, o, [](const RunProgress&) {}, noStop);
-    const Ledger ledger(o.ledgerPath, LedgerAccess::ReadOnly);
+    const RunSummary summary = runOnOneThread(c, dir.file("ledger.db"));
+    const Ledger ledger(dir.file("ledger.db"), LedgerAccess::ReadOnly);
     const auto items = ledger.items(summary.runId);
     ASSERT_EQ(items.size(), 5u);
     for (const ItemRecord& item : items) {
