@@ -7,6 +7,7 @@
 #include "core/kernels/kernel_threads.h"
 #include "core/util/error.h"
 #include "core/util/version.h"
+#include "support/test_support.h"
 
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
@@ -473,7 +474,7 @@ TEST(InvariantKernels, AQueryAttendsTheSameAloneOrWithOthers) {
 
 TEST(InvariantKernels, ResultsDoNotDependOnTheThreadCount) {
     torch::manual_seed(4);
-    const int before = at::get_num_threads();
+    const test::ThreadCountGuard restoreThreads;
     const torch::Tensor x = randomTensor({33, 301}, torch::kBFloat16), w = randomTensor({517, 301}, torch::kBFloat16);
     const torch::Tensor q = randomTensor({9, 4, 32}, torch::kBFloat16);
     const torch::Tensor kv = randomTensor({2, 9, 32}, torch::kBFloat16);
@@ -490,7 +491,6 @@ TEST(InvariantKernels, ResultsDoNotDependOnTheThreadCount) {
     const auto one = compute();
     at::set_num_threads(2);
     const auto two = compute();
-    at::set_num_threads(before);
     for (std::size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(sameBits(one[i], two[i])) << "op " << i;
 }
 
@@ -535,7 +535,7 @@ TEST(InvariantKernels, FusedCastsRoundAsTorchsOpsDo) {
 // The pool under the kernels: a call from inside a part, or two threads computing linears at once,
 // runs whole on its caller's thread, with the same bits (kernel_threads_test.cpp tests the pool).
 TEST(KernelThreads, NestedAndConcurrentCallsRunOnTheirOwnThread) {
-    const int before = at::get_num_threads();
+    const test::ThreadCountGuard restoreThreads;
     at::set_num_threads(2);
     std::atomic<int64_t> inner{0};
     kernels::parallelFor(4, 1, [&](int64_t begin, int64_t end) {
@@ -556,7 +556,6 @@ TEST(KernelThreads, NestedAndConcurrentCallsRunOnTheirOwnThread) {
         });
     for (auto& c : callers) c.join();
     EXPECT_EQ(mismatches, 0);
-    at::set_num_threads(before);
 }
 
 TEST(InvariantKernels, CloseToFloat64) {

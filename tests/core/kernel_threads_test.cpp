@@ -3,6 +3,7 @@
 // hands parts back and forth, fails and nests. The kernels' bits never depend on it: parts only
 // split outputs (invariant_kernels_test.cpp checks the thread counts).
 #include "core/kernels/kernel_threads.h"
+#include "support/test_support.h"
 
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
@@ -22,7 +23,7 @@ namespace {
 // many threads as --threads; a failure reaches the caller. (Nested and concurrent calls, which run
 // whole on their caller's thread with the same bits: invariant_kernels_test.cpp.)
 TEST(KernelThreads, EveryIndexOnceInContiguousPartsOnAtMostTheThreadCount) {
-    const int before = at::get_num_threads();
+    const test::ThreadCountGuard restoreThreads;
     for (const int threads : {1, 2, 3}) {
         at::set_num_threads(threads);
         for (const int64_t n : {1, 2, 5, 14, 18, 152, 2374}) {
@@ -49,13 +50,12 @@ TEST(KernelThreads, EveryIndexOnceInContiguousPartsOnAtMostTheThreadCount) {
             }
         }
     }
-    at::set_num_threads(before);
 }
 
 // A part's bounds are packed in 32 bits: a call of more items than that (the elementwise ops of a
 // very long prefill of a large model could reach it) still covers each index once, in both modes.
 TEST(KernelThreads, ACallOfMoreItemsThan32BitsHoldCoversThemAll) {
-    const int before = at::get_num_threads();
+    const test::ThreadCountGuard restoreThreads;
     at::set_num_threads(2);
     const int64_t n = (int64_t{1} << 32) + 5;
     for (const int64_t steal : {int64_t{0}, int64_t{1} << 29}) {
@@ -77,13 +77,12 @@ TEST(KernelThreads, ACallOfMoreItemsThan32BitsHoldCoversThemAll) {
         }
         EXPECT_EQ(covered, n) << "steal=" << steal;
     }
-    at::set_num_threads(before);
 }
 
 // A thread done with its part takes the rest of a slower one's, from its end; without stealing,
 // never once its owner has started it. Here the caller's part (the first half) is slow.
 TEST(KernelThreads, AThreadDoneEarlyTakesTheRestOfASlowerPartOnlyWhenAsked) {
-    const int before = at::get_num_threads();
+    const test::ThreadCountGuard restoreThreads;
     at::set_num_threads(2);
     const std::thread::id caller = std::this_thread::get_id();
     for (const int64_t steal : {0, 1}) {
@@ -106,7 +105,6 @@ TEST(KernelThreads, AThreadDoneEarlyTakesTheRestOfASlowerPartOnlyWhenAsked) {
         }
         EXPECT_EQ(std::count(ranOn.begin(), ranOn.end(), std::thread::id{}), 0);
     }
-    at::set_num_threads(before);
 }
 
 // A worker asleep (idle for longer than it spins) wakes in tens of microseconds; the caller's part
@@ -114,7 +112,7 @@ TEST(KernelThreads, AThreadDoneEarlyTakesTheRestOfASlowerPartOnlyWhenAsked) {
 // instead of waiting for the worker (what a worker the scheduler woke behind the caller, on its own
 // core, cost in time slices). Tried several times: a wake-up faster than the caller once is no failure.
 TEST(KernelThreads, TheCallerComputesAPartWhoseWorkerHasNotStartedInsteadOfWaiting) {
-    const int before = at::get_num_threads();
+    const test::ThreadCountGuard restoreThreads;
     at::set_num_threads(2);
     const std::thread::id caller = std::this_thread::get_id();
     int callerRanEverything = 0;
@@ -136,11 +134,10 @@ TEST(KernelThreads, TheCallerComputesAPartWhoseWorkerHasNotStartedInsteadOfWaiti
         }
     });
     EXPECT_GT(std::count_if(ranOn.begin(), ranOn.end(), [&](std::thread::id id) { return id != caller; }), 0);
-    at::set_num_threads(before);
 }
 
 TEST(KernelThreads, AFailingPartReachesTheCallerAndThePoolKeepsWorking) {
-    const int before = at::get_num_threads();
+    const test::ThreadCountGuard restoreThreads;
     at::set_num_threads(2);
     for (const int64_t failing : {0, 99}) {  // the caller's own part, then a worker's
         EXPECT_THROW(kernels::parallelFor(100, 1,
@@ -154,7 +151,6 @@ TEST(KernelThreads, AFailingPartReachesTheCallerAndThePoolKeepsWorking) {
         for (int64_t i = begin; i < end; ++i) sum += i;
     });
     EXPECT_EQ(sum, 4950);
-    at::set_num_threads(before);
 }
 
 }  // namespace

@@ -4,21 +4,18 @@
 // libtorch's headers come before any Qt header (Qt's `slots` macro would rewrite identifiers in them).
 #include "experiments/ledger.h"
 
-#include <QCoreApplication>
-#include <QElapsedTimer>
+#include <QTest>
 
 #include <string>
 #include <vector>
 
 namespace kvscope::widgets {
 
-// Waits (turning the event loop) until `done` or the timeout; returns done().
+// QTest::qWaitFor with a model-sized default: a worker's job on a real model (or under a sanitizer)
+// takes minutes, not QTest's 5 seconds.
 template <typename F>
 bool waitFor(F done, int timeoutMs = 120000) {
-    QElapsedTimer t;
-    t.start();
-    while (!done() && t.elapsed() < timeoutMs) QCoreApplication::processEvents(QEventLoop::AllEvents, 20);
-    return done();
+    return QTest::qWaitFor(done, timeoutMs);
 }
 
 // A ledger made by the real experiment engine: the 12 arithmetic items on the smoke test's generated
