@@ -213,7 +213,7 @@ json batchTable(const std::vector<ItemRecord>& items) {
 std::string batchMarkdown(const json& batch) {
     if (batch.empty()) return "";
     std::ostringstream s;
-    s << "\n## batch (alone vs inside a left-padded batch)\n\n| kernels | batch size | n | logits bit-equal | prompt "
+    s << "## batch (alone vs inside a left-padded batch)\n\n| kernels | batch size | n | logits bit-equal | prompt "
          "K/V bit-equal | greedy suffixes split | first divergence (median) | margin there (median) | first "
          "differing op (item) |\n|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& [kernels, sizes] : batch.items())
@@ -406,13 +406,12 @@ json buildReport(const std::vector<ItemRecord>& items, const RunInfo& run) {
             {"time", timeTable(items)}};
 }
 
-std::string reportMarkdown(const json& r) {
+namespace {
+
+// The matched table with the accuracy rows where answers were compared.
+std::string matchedMarkdown(const json& m) {
     std::ostringstream s;
-    const json& m = r["matched"];
-    s << "# kvscope report: " << r["experiment"].get<std::string>() << " (run " << r["run"].get<std::string>() << ", "
-      << r["items"] << " items, " << r["kernels"].get<std::string>() << " kernels)\n\n"
-      << environmentMarkdown(r)
-      << "## matched (live vs one-shot prefill of the same prefix)\n\n| measure | value |\n|---|---|\n"
+    s << "## matched (live vs one-shot prefill of the same prefix)\n\n| measure | value |\n|---|---|\n"
       << "| items compared | " << m["n"] << " |\n| trace never reached the boundary | " << m["no_boundary"] << " |\n"
       << "| suffixes differ | " << m["suffix_differ"] << " / " << m["n"] << " |\n"
       << "| correctness labels differ | " << m["label_differ"] << " / " << m["n"] << " |\n"
@@ -434,6 +433,12 @@ std::string reportMarkdown(const json& r) {
           << " |\n";
     }
     s << firstDivergenceMarkdown(m["first_divergence"]);
+    return s.str();
+}
+
+// The study's protocols after matched: the 2x2 per precision, then bridge, audit, transplant, localize.
+std::string studyProtocolsMarkdown(const json& r) {
+    std::ostringstream s;
     s << "\n## fixed_prefix_2x2 (construction x precision)\n\n| precision | n | decoded disagreements | Wilson 95% "
          "upper |\n|---|---|---|---|\n";
     for (const std::string& d : precisionsInOrder(r["fixed_prefix_2x2"])) {
@@ -448,8 +453,30 @@ std::string reportMarkdown(const json& r) {
       << "| transplant: continuation follows its cache donor | " << r["transplant"]["follows_donor"] << " / "
       << r["transplant"]["n"] << " |\n"
       << "| localize: items with a sufficient layer range | " << r["localize"]["layers_needed"].size() << " / "
-      << r["localize"]["n"] << " |\n"
-      << batchMarkdown(r.value("batch", json::object())) << timeMarkdown(r["time"]);
+      << r["localize"]["n"] << " |\n";
+    return s.str();
+}
+
+// Whether any of the study's protocols (all but batch) left a result: a batch-only run has none.
+bool ranStudyProtocols(const json& r) {
+    bool any = r["matched"]["n"] != 0 || r["matched"]["no_boundary"] != 0;
+    for (const auto& [precision, row] : r["fixed_prefix_2x2"].items()) any = any || row["n"] != 0;
+    for (const char* protocol : {"bridge", "audit", "transplant", "localize"}) any = any || r[protocol]["n"] != 0;
+    return any;
+}
+
+}  // namespace
+
+std::string reportMarkdown(const json& r) {
+    std::ostringstream s;
+    s << "# kvscope report: " << r["experiment"].get<std::string>() << " (run " << r["run"].get<std::string>() << ", "
+      << r["items"] << " items, " << r["kernels"].get<std::string>() << " kernels)\n\n"
+      << environmentMarkdown(r);
+    const bool study = ranStudyProtocols(r);
+    if (study) s << matchedMarkdown(r["matched"]) << studyProtocolsMarkdown(r);
+    const std::string batch = batchMarkdown(r.value("batch", json::object()));
+    if (!batch.empty()) s << (study ? "\n" : "") << batch;
+    s << timeMarkdown(r["time"]);
     return s.str();
 }
 
