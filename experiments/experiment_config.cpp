@@ -73,27 +73,19 @@ public:
         if (!v) fail(key, "has the wrong type");
         out = *v;
     }
-    void readStrings(const char* key, std::vector<std::string>& out) {
+    // An array of strings or of integers (TOML integers only, as read() takes them).
+    template <typename T>
+    void readArray(const char* key, std::vector<T>& out) {
+        const char* what = std::is_integral_v<T> ? "must be an array of integers" : "must be an array of strings";
         used_.insert(key);
         if (!t_ || !t_->contains(key)) return;
         const toml::array* arr = (*t_)[key].as_array();
-        if (!arr) fail(key, "must be an array of strings");
+        if (!arr) fail(key, what);
         out.clear();
         for (const auto& e : *arr) {
-            auto s = e.value<std::string>();
-            if (!s) fail(key, "must be an array of strings");
-            out.push_back(*s);
-        }
-    }
-    void readIntegers(const char* key, std::vector<int64_t>& out) {
-        used_.insert(key);
-        if (!t_ || !t_->contains(key)) return;
-        const toml::array* arr = (*t_)[key].as_array();
-        if (!arr) fail(key, "must be an array of integers");
-        out.clear();
-        for (const auto& e : *arr) {
-            if (!e.is_integer()) fail(key, "must be an array of integers");
-            out.push_back(*e.value<int64_t>());
+            const auto v = e.value<T>();
+            if (!v || (std::is_integral_v<T> && !e.is_integer())) fail(key, what);
+            out.push_back(*v);
         }
     }
     void rejectUnknown() const {
@@ -115,7 +107,7 @@ private:
 // [batch] sizes = [1, 2, 8], padding = "left": the batch protocol's batches (1, alone, always among them).
 void readBatchSection(const toml::table* table, const std::string& path, ExperimentConfig& c) {
     Table batch(table, "batch.", path);
-    batch.readIntegers("sizes", c.batchSizes);
+    batch.readArray("sizes", c.batchSizes);
     batch.read("padding", c.batchPadding);
     batch.rejectUnknown();
     if (c.batchPadding != "left")
@@ -190,7 +182,7 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
     Table model(root["model"].as_table(), "model.", path);
     model.read("dir", c.modelDir);
     model.read("catalog", c.modelCatalog);
-    model.readStrings("dtypes", c.dtypes);
+    model.readArray("dtypes", c.dtypes);
     model.read("device", c.device);
     std::string kernels = "torch";
     model.read("kernels", kernels);
@@ -261,7 +253,7 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
 
     Table gen(root["generation"].as_table(), "generation.", path);
     gen.read("max_new_tokens", c.maxNewTokens);
-    gen.readStrings("stop", c.stopStrings);
+    gen.readArray("stop", c.stopStrings);
     gen.read("ignore_eos", c.ignoreEos);
     gen.read("temperature", c.sampling.temperature);
     gen.read("top_k", c.sampling.topK);
@@ -310,8 +302,8 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
 
     Table protocols(root["protocols"].as_table(), "protocols.", path);
     std::vector<std::string> run(allProtocols());
-    protocols.readStrings("run", run);
-    protocols.readStrings("precisions", c.precisions);
+    protocols.readArray("run", run);
+    protocols.readArray("precisions", c.precisions);
     protocols.rejectUnknown();
     if (c.precisions.empty()) protocols.fail("precisions", "is empty (expected names such as \"bf16\", \"fp32\")");
     for (const auto& name : c.precisions) {
