@@ -104,12 +104,13 @@ struct ModelWorker::State {
 namespace {
 
 // The session's experiment settings: the defaults of an experiment file, on the chosen model.
-ExperimentConfig sessionConfig(const std::string& dir, const std::string& dtype, int maxNewTokens) {
+// A session's experiment: the opened model in one dtype. Its budget is each request's own (the
+// session page's max new tokens), set by decodeSession and analyzeSession.
+ExperimentConfig sessionConfig(const std::string& dir, const std::string& dtype) {
     ExperimentConfig c;
     c.name = "session";
     c.modelDir = dir;
     c.dtypes = {dtype};
-    c.maxNewTokens = maxNewTokens;
     return c;
 }
 
@@ -195,7 +196,7 @@ void ModelWorker::cancelThrough(quint64 lastJob) {
 
 void ModelWorker::openModel(quint64 job, const QString& dir, const QString& dtype) {
     post(job, tr("open model"), [this, dir = dir.toStdString(), dtype = dtype.toStdString()] {
-        state_->useConfig(sessionConfig(dir, dtype, 64), "session:" + dir + ":" + dtype);
+        state_->useConfig(sessionConfig(dir, dtype), "session:" + dir + ":" + dtype);
         const Transformer& m = state_->mainModel();
         ModelSummary s;
         s.dir = QString::fromStdString(dir);
