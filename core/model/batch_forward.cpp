@@ -9,6 +9,7 @@
 #include "core/kernels/invariant_ops.h"
 #include "core/util/error.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace kvscope {
@@ -62,6 +63,12 @@ torch::Tensor Transformer::forwardBatch(const std::vector<std::vector<int64_t>>&
     if (cache.rows() != B) throw UsageError("forwardBatch(): the cache has another number of rows");
     if (!device_.is_cpu()) throw UsageError("the batched forward runs on the CPU");
     const int64_t start = cache.length(), T = start + S;
+    const auto [fewest, most] = std::minmax_element(cache.pads.begin(), cache.pads.end());
+    if (*fewest < 0 || (start == 0 && *most >= S))
+        throw UsageError("forwardBatch(): each row's pads come first and leave it at least one token");
+    if (T - *fewest > config_.maxPositionEmbeddings)
+        throw UsageError("forwardBatch(): positions reach past the model's max_position_embeddings (" +
+                         std::to_string(config_.maxPositionEmbeddings) + ")");
     if (cache.keys.empty()) cache.keys.resize(static_cast<std::size_t>(config_.numLayers));
     if (cache.values.empty()) cache.values.resize(static_cast<std::size_t>(config_.numLayers));
 

@@ -113,6 +113,11 @@ TEST(BatchForward, RefusesRowsOfUnequalLengthAndACacheOfOtherRows) {
     EXPECT_THROW(t.forwardBatch({{1, 2}, {3}}, cache), UsageError);
     EXPECT_THROW(t.forwardBatch({{1, 2}}, cache), UsageError);
     EXPECT_THROW(t.forwardBatch({{1, 2}, {3, 1000000}}, cache), UsageError);
+    cache.pads = {0, 2};  // a row of pads only
+    EXPECT_THROW(t.forwardBatch({{1, 2}, {0, 0}}, cache), UsageError);
+    cache.pads = {0, 0};
+    const std::vector<int64_t> tooLong(static_cast<std::size_t>(t.config().maxPositionEmbeddings) + 1, 1);
+    EXPECT_THROW(t.forwardBatch({tooLong, tooLong}, cache), UsageError);
 }
 
 }  // namespace
