@@ -349,15 +349,17 @@ TEST(RunCli, KilledMidRunThenResumedLosesAndRepeatsNothing) {
     test::TempDir dir;
     const std::string db = dir.file("r.db");
     const std::string exp = writeExperiment(dir, "\"matched\", \"bridge\"");
-    ASSERT_EQ(runCli("run " + exp + " --ledger " + shellQuote(dir.file("reference.db")) + " --limit 6").exitCode, 0);
+    // All 12 items, so that the watcher (polling every 10 ms) sees two committed with ten to go: a run
+    // of 6 could finish between two polls of a slower watcher on a fast machine.
+    ASSERT_EQ(runCli("run " + exp + " --ledger " + shellQuote(dir.file("reference.db")) + " --limit 12").exitCode, 0);
 
-    const pid_t child = startRun(dir.file("exp.toml"), db, "6");
+    const pid_t child = startRun(dir.file("exp.toml"), db, "12");
     ASSERT_GE(child, 0);
     // Kill it (SIGKILL: no chance to clean up) once two items are committed.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     std::size_t done = 0;
     while (std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
         if (!std::filesystem::exists(db)) continue;
         try {  // a watcher only reads (opening to write would take part in creating the file)
             experiments::Ledger l(db, experiments::LedgerAccess::ReadOnly);
@@ -370,13 +372,13 @@ TEST(RunCli, KilledMidRunThenResumedLosesAndRepeatsNothing) {
     int status = 0;
     ::waitpid(child, &status, 0);
     ASSERT_GE(done, 2u);
-    ASSERT_LT(done, 6u) << "the run finished before it could be killed";
+    ASSERT_LT(done, 12u) << "the run finished before it could be killed";
 
-    auto resumed = runCli("run " + exp + " --ledger " + shellQuote(db) + " --limit 6");
+    auto resumed = runCli("run " + exp + " --ledger " + shellQuote(db) + " --limit 12");
     ASSERT_EQ(resumed.exitCode, 0) << resumed.err;
     experiments::Ledger killed(db), reference(dir.file("reference.db"));
     const auto a = killed.items(killed.runs().front().runId), b = reference.items(reference.runs().front().runId);
-    ASSERT_EQ(a.size(), 6u);
+    ASSERT_EQ(a.size(), 12u);
     for (std::size_t i = 0; i < a.size(); ++i) {
         EXPECT_EQ(a[i].itemId, b[i].itemId);
         EXPECT_EQ(a[i].fingerprints, b[i].fingerprints) << a[i].itemId;
