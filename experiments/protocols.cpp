@@ -289,21 +289,13 @@ struct FirstRow {
 // `steps` tokens; every row decodes all of them (no stop rule parts one row from the others).
 FirstRow decodeTogether(const Transformer& m, const std::vector<std::vector<int64_t>>& prompts, int64_t steps,
                         int64_t observeStep = -1) {
-    std::size_t longest = 0;
-    for (const auto& prompt : prompts) longest = std::max(longest, prompt.size());
     BatchCache cache;
-    std::vector<std::vector<int64_t>> rows;
-    for (const auto& prompt : prompts) {
-        std::vector<int64_t> row(longest - prompt.size(), 0);
-        row.insert(row.end(), prompt.begin(), prompt.end());
-        rows.push_back(std::move(row));
-        cache.pads.push_back(static_cast<int64_t>(longest - prompt.size()));
-    }
+    const std::vector<std::vector<int64_t>> rows = leftPad(prompts, cache);
     FirstRow first;
-    first.observed.length = observeStep == 0 ? static_cast<int64_t>(longest) : 1;  // a decode step: one row each
+    first.observed.length = observeStep == 0 ? static_cast<int64_t>(rows[0].size()) : 1;  // a decode step: one row each
     first.observed.pad = observeStep == 0 ? cache.pads[0] : 0;
     auto observer = [&](int64_t step) { return step == observeStep ? &first.observed : nullptr; };
-    torch::Tensor logits = m.forwardBatch(rows, cache, observer(0));                      // [B, V]
+    torch::Tensor logits = m.forwardBatch(rows, cache, observer(0));  // [B, V]
     for (int64_t l = 0; l < m.config().numLayers; ++l) {
         first.keys.push_back(cache.rowKeys(l, 0).clone());
         first.values.push_back(cache.rowValues(l, 0).clone());
@@ -363,15 +355,16 @@ BatchResult runBatch(const ItemContext& ctx, int64_t index, const std::vector<in
     if (!ctx.dataset || ctx.dataset->empty()) throw std::logic_error("the batch protocol needs the run's dataset");
     const ExperimentConfig& c = ctx.config;
     const auto n = static_cast<int64_t>(ctx.dataset->size());
+    std::vector<std::vector<int64_t>> largest = {prompt};  // the item and the largest batch's fillers, rendered once
+    for (int64_t k = 1; k < *std::max_element(c.batchSizes.begin(), c.batchSizes.end()); ++k)
+        largest.push_back(promptIdsFor(ctx, (*ctx.dataset)[static_cast<std::size_t>((index + k) % n)]));
     BatchResult result;
     for (const Kernels kernels : {Kernels::Torch, Kernels::Invariant}) {
         const Transformer& m = ctx.models->get(c.dtypes.front(), kernels);
         const FirstRow alone = decodeTogether(m, {prompt}, c.maxNewTokens);
         for (const int64_t size : c.batchSizes) {
             if (size == 1) continue;
-            std::vector<std::vector<int64_t>> prompts = {prompt};
-            for (int64_t k = 1; k < size; ++k)
-                prompts.push_back(promptIdsFor(ctx, (*ctx.dataset)[static_cast<std::size_t>((index + k) % n)]));
+            const std::vector<std::vector<int64_t>> prompts(largest.begin(), largest.begin() + size);
             result.byKernels[kernelsName(kernels)][size] = compareWithAlone(m, prompts, c.maxNewTokens, alone);
         }
     }

@@ -37,6 +37,20 @@ void append(BatchCache& cache, std::size_t layer, const torch::Tensor& k, const 
 
 }  // namespace
 
+std::vector<std::vector<int64_t>> leftPad(const std::vector<std::vector<int64_t>>& prompts, BatchCache& cache) {
+    std::size_t longest = 0;
+    for (const auto& prompt : prompts) longest = std::max(longest, prompt.size());
+    std::vector<std::vector<int64_t>> rows;
+    cache.pads.clear();
+    for (const auto& prompt : prompts) {
+        std::vector<int64_t> row(longest - prompt.size(), 0);
+        row.insert(row.end(), prompt.begin(), prompt.end());
+        rows.push_back(std::move(row));
+        cache.pads.push_back(static_cast<int64_t>(longest - prompt.size()));
+    }
+    return rows;
+}
+
 int64_t BatchCache::rows() const { return static_cast<int64_t>(pads.size()); }
 
 int64_t BatchCache::length() const { return keys.empty() || !keys[0].defined() ? 0 : keys[0].size(2); }

@@ -45,7 +45,6 @@ struct Precision {
     std::string dtype = "bf16";  // a parseDtype name: "bf16" | "fp32" | "fp16"
     MixedPrecision mixed = MixedPrecision::None;
     std::string name() const;
-    bool operator==(const Precision& o) const { return dtype == o.dtype && mixed == o.mixed; }
 };
 Precision parsePrecision(const std::string& name);  // throws UsageError naming the choices
 const std::vector<std::string>& precisionNames();   // every name parsePrecision takes

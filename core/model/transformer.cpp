@@ -577,7 +577,10 @@ Precision parsePrecision(const std::string& name) {
     if (name == "bf16" || name == "fp32" || name == "fp16") return {name, MixedPrecision::None};
     if (name == "bf16-lmhead-fp32") return {"bf16", MixedPrecision::Fp32Head};
     if (name == "layercast") return {"fp32", MixedPrecision::Bf16RoundedWeights};
-    throw UsageError("unknown precision '" + name + "' (expected bf16, fp32, fp16, bf16-lmhead-fp32 or layercast)");
+    std::string choices;
+    for (std::size_t i = 0; i < precisionNames().size(); ++i)
+        choices += (i == 0 ? "" : i + 1 == precisionNames().size() ? " or " : ", ") + precisionNames()[i];
+    throw UsageError("unknown precision '" + name + "' (expected " + choices + ")");
 }
 
 std::string kernelsName(Kernels kernels) {

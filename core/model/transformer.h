@@ -67,6 +67,9 @@ struct BatchCache {
     torch::Tensor rowKeys(int64_t layer, int64_t row) const;    // [KV, T - pads[row], D]: the row's own
     torch::Tensor rowValues(int64_t layer, int64_t row) const;  // [KV, T - pads[row], D]
 };
+// `prompts` left-padded to the longest with id 0 (masked, so any id does): the rows forwardBatch
+// takes; `cache.pads` is set to each row's padding.
+std::vector<std::vector<int64_t>> leftPad(const std::vector<std::vector<int64_t>>& prompts, BatchCache& cache);
 
 class Transformer {
 public:

@@ -15,20 +15,6 @@ namespace {
 
 const std::vector<std::vector<int64_t>> kPrompts = {{3, 17, 5, 9, 40, 2, 11}, {8, 1}, {21, 4, 4, 30}};
 
-// The prompts left-padded to the longest (pad id 0), and the cache that says where each row's pads end.
-std::vector<std::vector<int64_t>> leftPadded(const std::vector<std::vector<int64_t>>& prompts, BatchCache& cache) {
-    std::size_t longest = 0;
-    for (const auto& p : prompts) longest = std::max(longest, p.size());
-    std::vector<std::vector<int64_t>> rows;
-    for (const auto& p : prompts) {
-        std::vector<int64_t> row(longest - p.size(), 0);
-        row.insert(row.end(), p.begin(), p.end());
-        rows.push_back(row);
-        cache.pads.push_back(static_cast<int64_t>(longest - p.size()));
-    }
-    return rows;
-}
-
 struct Alone {
     std::vector<torch::Tensor> logits;  // per step, [V]
     KvCache cache;
@@ -44,7 +30,7 @@ Alone runAlone(const Transformer& t, const std::vector<int64_t>& prompt, const s
 
 // Prefill of the padded batch, then the same forced tokens for every row, one step at a time.
 std::vector<torch::Tensor> runBatch(const Transformer& t, BatchCache& cache, const std::vector<int64_t>& forced) {
-    std::vector<torch::Tensor> logits = {t.forwardBatch(leftPadded(kPrompts, cache), cache)};  // [B, V] per step
+    std::vector<torch::Tensor> logits = {t.forwardBatch(leftPad(kPrompts, cache), cache)};  // [B, V] per step
     for (int64_t id : forced)
         logits.push_back(t.forwardBatch(std::vector<std::vector<int64_t>>(kPrompts.size(), {id}), cache));
     return logits;
