@@ -398,7 +398,11 @@ TEST(RunCli, ASecondWriterIsRefusedNamingTheHolderAndNothingIsComputedTwice) {
     while (std::chrono::steady_clock::now() < deadline &&
            (!std::filesystem::exists(db + ".lock") || test::readTextFile(db + ".lock").rfind(expected, 0) != 0))
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // Stopped, it holds the lock while the second starts: on a fast machine its 4 items were done
+    // before the second process had loaded libtorch, and the second found nothing to refuse.
+    ::kill(first, SIGSTOP);
     const auto second = runCli("run " + exp + " --ledger " + shellQuote(db) + " --limit 4");
+    ::kill(first, SIGCONT);
     int status = 0;
     ::waitpid(first, &status, 0);
     EXPECT_EQ(second.exitCode, 2) << second.err;
