@@ -330,6 +330,10 @@ json toJson(const ItemResults& r) {
 
 std::string replayProtocol(const std::string& label) { return "replay:" + label; }
 
+std::string batchContinuationName(const std::string& kernels, int64_t size) {
+    return "batch/" + kernels + "/" + std::to_string(size);
+}
+
 void readProtocolResult(ItemResults& r, const std::string& protocol, const json& data, const std::string& where) {
     const Fields f(data, where + ": " + protocol);
     if (protocol == "trace")

@@ -118,6 +118,9 @@ struct BatchCell {
 struct BatchResult {
     std::map<std::string, std::map<int64_t, BatchCell>> byKernels;  // "torch" | "invariant" -> size -> cell
 };
+// The item's trajectory that holds its greedy continuation in a batch of `size` with `kernels`
+// ("torch" | "invariant"), size 1 the item alone: "batch/torch/8".
+std::string batchContinuationName(const std::string& kernels, int64_t size);
 
 // Every protocol's part, present where the protocol ran for the item.
 struct ItemResults {

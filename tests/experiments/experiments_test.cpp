@@ -542,8 +542,14 @@ TEST(Protocols, TheBatchProtocolFindsNothingWithInvariantKernels) {
         for (const char* kernels : {"torch", "invariant"}) {
             const auto& sizes = item.results.batch->byKernels.at(kernels);
             ASSERT_EQ(sizes.size(), 2u) << kernels;
+            // Each size's continuation is kept beside alone's (the GUI shows them side by side).
+            const auto& alone = item.trajectories.at(batchContinuationName(kernels, 1));
+            EXPECT_EQ(alone.size(), 16u);
             for (const auto& [size, cell] : sizes) {
                 const std::string where = item.itemId + " " + kernels + " " + std::to_string(size);
+                const int64_t split =
+                    firstDivergence(alone, item.trajectories.at(batchContinuationName(kernels, size)));
+                EXPECT_EQ(cell.firstDivergence.value_or(-1), split) << where;
                 if (std::string(kernels) == "invariant") {
                     EXPECT_TRUE(cell.logitsEqual && cell.cacheEqual) << where;
                     EXPECT_FALSE(cell.firstDivergence.has_value()) << where;
