@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 namespace kvscope::cli {
@@ -255,6 +256,31 @@ nlohmann::json cacheDiffJson(const CacheDiff& d, bool full) {
                         {"rel_l2", d.values.relL2},
                         {"differing", d.values.differing}}}};
     return j;
+}
+
+nlohmann::json locatorOpsJson(const LocatorReport& r) {
+    nlohmann::json ops = nlohmann::json::array();
+    for (const auto& op : r.ops)
+        ops.push_back({{"layer", op.layer},
+                       {"op", op.op},
+                       {"bit_exact", op.bitExact},
+                       {"max_abs", op.maxAbs},
+                       {"differing", op.differing},
+                       {"elements", op.elements}});
+    return ops;
+}
+
+nlohmann::json firstDifferenceJson(const LocatorReport& r) {
+    return r.firstDifference ? locatorOpsJson(r)[*r.firstDifference] : nlohmann::json(nullptr);
+}
+
+std::string firstDifferenceLine(const LocatorReport& r) {
+    if (!r.firstDifference) return "every op is bit-identical";
+    const OpComparison& op = r.ops[*r.firstDifference];
+    std::ostringstream line;
+    line << "first differing op: layer " << op.layer << " " << op.op << " (max |diff| " << op.maxAbs << ", "
+         << op.differing << " of " << op.elements << " elements)";
+    return line.str();
 }
 
 void printCacheDiff(const CacheDiff& d) {

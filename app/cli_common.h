@@ -3,6 +3,7 @@
 // Pieces every CLI command shares: model/device/thread options, loading with warnings on stderr,
 // JSON for generation results.
 #include "core/cache/cache_diff.h"
+#include "core/cache/locator.h"
 #include "core/decode/generator.h"
 #include "core/model/catalog.h"
 #include "core/model/transformer.h"
@@ -72,6 +73,11 @@ void showTimeByStep(const char* command, const experiments::RunSummary& summary)
 // `full`) or a table per layer.
 nlohmann::json cacheDiffJson(const CacheDiff& diff, bool full);
 void printCacheDiff(const CacheDiff& diff);
+// A locator report's ops as `cache locate --json` prints them, and its first differing op (null: none).
+nlohmann::json locatorOpsJson(const LocatorReport& report);
+nlohmann::json firstDifferenceJson(const LocatorReport& report);
+// "first differing op: layer L OP (max |diff| X, N of M elements)" or "every op is bit-identical".
+std::string firstDifferenceLine(const LocatorReport& report);
 
 nlohmann::json stepToJson(const StepRecord& step);
 nlohmann::json generationToJson(const std::vector<int64_t>& promptIds, const GenerationResult& result,

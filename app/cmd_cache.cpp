@@ -187,35 +187,20 @@ void addLocate(CLI::App* cache) {
         const LocatorReport r = locateDivergence(model, a.ids(), a.promptLength(), rebuildable(a), rebuildable(b));
         const bool reproducedA = r.cacheFingerprintA == fingerprintCache(a).overall;
         const bool reproducedB = r.cacheFingerprintB == fingerprintCache(b).overall;
-        nlohmann::json ops = nlohmann::json::array();
-        for (const auto& op : r.ops)
-            ops.push_back({{"layer", op.layer},
-                           {"op", op.op},
-                           {"bit_exact", op.bitExact},
-                           {"max_abs", op.maxAbs},
-                           {"differing", op.differing},
-                           {"elements", op.elements}});
-        nlohmann::json first = nullptr;
-        if (r.firstDifference) first = ops[*r.firstDifference];
         if (o->json) {
             std::cout << nlohmann::json{{"a", r.constructionA},
                                         {"b", r.constructionB},
                                         {"position", r.position},
-                                        {"first_difference", first},
-                                        {"ops", ops},
+                                        {"first_difference", firstDifferenceJson(r)},
+                                        {"ops", locatorOpsJson(r)},
                                         {"rebuilt_matches_file", {{"a", reproducedA}, {"b", reproducedB}}}}
                              .dump()
                       << "\n";
             return;
         }
         std::cout << "comparing " << r.constructionA << " vs " << r.constructionB << " at position " << r.position
-                  << "\n";
-        if (first.is_null())
-            std::cout << "every op is bit-identical\n";
-        else
-            std::cout << "first differing op: layer " << first["layer"] << " " << first["op"].get<std::string>()
-                      << " (max |diff| " << first["max_abs"] << ", " << first["differing"] << " of "
-                      << first["elements"] << " elements)\n";
+                  << "\n"
+                  << firstDifferenceLine(r) << "\n";
         if (!reproducedA || !reproducedB) std::cout << "warning: a rebuilt cache does not match its file\n";
     });
 }

@@ -6,9 +6,11 @@
 #include "cli_common.h"
 
 #include "experiments/ledger.h"
+#include "experiments/replay_locate.h"
 #include "experiments/trajectories.h"
 
 #include "core/util/error.h"
+#include "core/util/parse.h"
 
 #include <cstdio>
 #include <iostream>
@@ -39,9 +41,36 @@ void addImport(CLI::App& app) {
     });
 }
 
+// `replay --locate ITEM:STEP`: where the references part at one replayed step.
+void locateStep(const ReplayRequest& replay, const std::string& where, const std::string& against, bool json) {
+    const std::size_t colon = where.rfind(':');
+    const auto step = colon == std::string::npos ? std::nullopt : parseNonNegativeInt(where.substr(colon + 1));
+    if (!step) throw UsageError("--locate '" + where + "': expected ITEM:STEP (STEP a 0-based output index)");
+    if (!against.empty()) parseReplayLabel(against);  // refused by name before the model loads
+    const LocatedStep l = locateReplayStep({replay, where.substr(0, colon), *step, against});
+    const LocatorReport& r = l.report;
+    if (json) {
+        std::cout << nlohmann::json{{"item", l.itemId},
+                                    {"step", l.step},
+                                    {"a", l.a},
+                                    {"b", l.b},
+                                    {"model", kernelsName(replay.kernels) + "/" + replay.precision.name()},
+                                    {"position", r.position},
+                                    {"first_difference", firstDifferenceJson(r)},
+                                    {"ops", locatorOpsJson(r)}}
+                         .dump()
+                  << "\n";
+        return;
+    }
+    std::cout << "item " << l.itemId << ", step " << l.step << " (position " << r.position << "): " << l.a << " vs "
+              << l.b << " on " << kernelsName(replay.kernels) << " kernels, " << replay.precision.name() << "\n"
+              << firstDifferenceLine(r) << "\n";
+}
+
 void addReplay(CLI::App& app) {
     struct Options {
         std::string ledger, run, reference = "prefill", kernels = "torch", precision = "bf16", model;
+        std::string locate, against;
         int threads = 0;
         bool json = false;
     };
@@ -61,6 +90,11 @@ void addReplay(CLI::App& app) {
     cmd->add_option("--model", o->model, "The model, where it moved since the import (its files must be the same)");
     cmd->add_option("--threads", o->threads, "Intra-op threads (default: all cores)")->check(kNonNegative);
     cmd->add_flag("--json", o->json, "Print every token's figures and the summary as JSON");
+    cmd->add_option("--locate", o->locate,
+                    "ITEM:STEP: replay nothing; name the first op where this replay's reference and another "
+                    "(--against's, or live: the engine decoded live) part at that output step");
+    cmd->add_option("--against", o->against,
+                    "With --locate: the other replay's label (REFERENCE/KERNELS/PRECISION); default the engine");
     cmd->callback([o] {
         ReplayRequest request;
         request.ledgerPath = o->ledger;
@@ -70,6 +104,8 @@ void addReplay(CLI::App& app) {
         request.precision = parsePrecision(o->precision);
         request.modelPath = o->model;
         applyThreads(o->threads);
+        if (!o->locate.empty()) return locateStep(request, o->locate, o->against, o->json);
+        if (!o->against.empty()) throw UsageError("--against goes with --locate ITEM:STEP");
         installInterruptHandler();
         const std::string label = replayRun(request, [](const ReplayProgress& p) {
             std::fprintf(stderr, "kvscope replay: %lld/%lld %s\n", static_cast<long long>(p.done),

@@ -199,26 +199,6 @@ ItemRecord itemOf(const ImportedTrajectory& t, int64_t index) {
     return item;
 }
 
-const std::vector<int64_t>& storedTrajectory(const ItemRecord& item, const std::string& name,
-                                             const std::string& where) {
-    const auto it = item.trajectories.find(name);
-    if (it == item.trajectories.end() || it->second.empty())
-        throw FormatError(where + ": item '" + item.itemId + "' has no " + name + " trajectory");
-    return it->second;
-}
-
-// The model the replay loads, which must be the one the trajectories were imported with.
-std::string replayModel(const ReplayRequest& request, const json& manifest) {
-    const std::string model = request.modelPath.empty() ? manifest.at("paths").value("model", "") : request.modelPath;
-    const json imported = manifest.at("identity").at("files");
-    const json now = modelFileHashes(model);
-    for (auto it = imported.begin(); it != imported.end(); ++it)
-        if (it.key().rfind("model/", 0) == 0 && (!now.contains(it.key()) || now[it.key()] != it.value()))
-            throw ConfigError(model + ": not the model run " + request.runId + " was imported with (" + it.key() +
-                              (now.contains(it.key()) ? " differs)" : " is missing)"));
-    return model;
-}
-
 json nullableNumber(bool present, double value) { return present ? json(value) : json(nullptr); }
 
 // The summary of a set of trajectories' mismatches.
@@ -355,6 +335,25 @@ void summaryRow(std::ostringstream& out, const std::string& what, const json& s)
 
 }  // namespace
 
+std::string replayModelPath(const ReplayRequest& request, const json& manifest) {
+    const std::string model = request.modelPath.empty() ? manifest.at("paths").value("model", "") : request.modelPath;
+    const json imported = manifest.at("identity").at("files");
+    const json now = modelFileHashes(model);
+    for (auto it = imported.begin(); it != imported.end(); ++it)
+        if (it.key().rfind("model/", 0) == 0 && (!now.contains(it.key()) || now[it.key()] != it.value()))
+            throw ConfigError(model + ": not the model run " + request.runId + " was imported with (" + it.key() +
+                              (now.contains(it.key()) ? " differs)" : " is missing)"));
+    return model;
+}
+
+const std::vector<int64_t>& storedTrajectory(const ItemRecord& item, const std::string& name,
+                                             const std::string& where) {
+    const auto it = item.trajectories.find(name);
+    if (it == item.trajectories.end() || it->second.empty())
+        throw FormatError(where + ": item '" + item.itemId + "' has no " + name + " trajectory");
+    return it->second;
+}
+
 std::vector<ImportedTrajectory> readTrajectories(const std::string& path, int64_t vocabSize) {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw UsageError(path + ": cannot read the trajectories file");
@@ -400,11 +399,6 @@ std::string ReplayRequest::label() const {
     return reference.name() + "/" + kernelsName(kernels) + "/" + precision.name();
 }
 
-bool isImportedRun(const json& manifest) {
-    const json::json_pointer source("/identity/config/source");
-    return manifest.contains(source) && manifest[source] == "external";
-}
-
 std::string replayRun(const ReplayRequest& request, const std::function<bool(const ReplayProgress&)>& onItem) {
     const LedgerWriteLock lock(request.ledgerPath);
     Ledger ledger(request.ledgerPath);
@@ -412,7 +406,7 @@ std::string replayRun(const ReplayRequest& request, const std::function<bool(con
     if (!isImportedRun(run.manifest))
         throw UsageError(request.ledgerPath + ": run " + request.runId +
                          " is a study, not imported trajectories (kvscope import makes those)");
-    const std::string model = replayModel(request, run.manifest);
+    const std::string model = replayModelPath(request, run.manifest);
     const std::string label = request.label();
     const std::set<std::string> done = ledger.itemsWithResult(request.runId, replayProtocol(label));
     std::vector<ItemRecord> todo;
@@ -466,13 +460,6 @@ TrajectoryMismatch mismatchOf(const std::string& id, const EngineRecord& engine,
         for (int k = 0; k < 3; ++k) m.above[k] += std::abs(delta) > kDeltaThresholds[k];
     }
     return m;
-}
-
-std::vector<std::string> replayLabels(const std::vector<ItemRecord>& items) {
-    std::set<std::string> labels;
-    for (const ItemRecord& item : items)
-        for (const auto& [label, replay] : item.results.replays) labels.insert(label);
-    return {labels.begin(), labels.end()};
 }
 
 json replayReportJson(const std::vector<ItemRecord>& items, const std::string& label) {

@@ -7,6 +7,7 @@
 // mapping from each engine: docs/TRAJECTORIES.md.
 #include "experiments/item_result.h"
 #include "experiments/ledger.h"
+#include "experiments/replay_inspection.h"
 
 #include "core/decode/teacher_forced.h"
 #include "core/model/numerics.h"
@@ -61,6 +62,9 @@ struct ReplayProgress {
     int64_t done = 0, total = 0;
     std::string itemId;
 };
+// The model a replay of run `request.runId` (whose manifest is `manifest`) loads: request.modelPath,
+// else where the import found it; ConfigError unless its files are the ones the run was imported with.
+std::string replayModelPath(const ReplayRequest& request, const nlohmann::json& manifest);
 // `kvscope replay`: every imported trajectory of the run not yet replayed under this label scored
 // token by token (scoreContinuation) and stored in its own transaction (an interrupted replay
 // resumes). `onItem` after each; returning false stops after that item. Returns the label.
@@ -90,9 +94,8 @@ std::string replayReportMarkdown(const nlohmann::json& report);
 nlohmann::json importedRunReport(const std::vector<ItemRecord>& items, const RunInfo& run);
 std::string importedRunMarkdown(const nlohmann::json& report);
 std::string importedRunCsv(const nlohmann::json& report);
-// The replay labels any item of `items` holds, sorted.
-std::vector<std::string> replayLabels(const std::vector<ItemRecord>& items);
-// Whether a manifest is an imported run's (kvscope import) rather than a study's.
-bool isImportedRun(const nlohmann::json& manifest);
+// An item's stored trajectory `name` ("prompt", "output"); FormatError naming `where` and the item
+// where it is missing or empty.
+const std::vector<int64_t>& storedTrajectory(const ItemRecord& item, const std::string& name, const std::string& where);
 
 }  // namespace kvscope::experiments

@@ -145,6 +145,27 @@ TEST(ReplayCli, WithInvariantKernelsLivePrefillAndChunkedAreOneConstruction) {
         EXPECT_EQ(v["max_abs_delta"], 0.0) << other;
         EXPECT_EQ(v["argmax_differs"], 0) << other;
     }
+    // Op by op too: at a step, chunked:4 and live compute every op alike (`replay --locate`).
+    const json located =
+        replay(db, run, "--kernels invariant --reference chunked:4 --locate t1:2 --against live/invariant/bf16");
+    EXPECT_EQ(located["item"], "t1");
+    EXPECT_EQ(located["a"], "chunked:4");
+    EXPECT_EQ(located["b"], "live");
+    EXPECT_EQ(located["model"], "invariant/bf16");
+    EXPECT_EQ(located["position"], 3 + 2 - 1) << "the position whose logits score output[2]: prompt 7,8,9";
+    EXPECT_GT(located["ops"].size(), 10u);
+    EXPECT_TRUE(located["first_difference"].is_null()) << located["first_difference"];
+    const std::string base = "replay " + shellQuote(db) + " --run " + run + " --kernels invariant ";
+    for (const auto& [flags, message] : std::vector<std::pair<std::string, std::string>>{
+             {"--locate t1", "expected ITEM:STEP"},
+             {"--locate nope:1", "has no item 'nope'"},
+             {"--locate t1:24", "step 24 is outside its 24 output tokens"},
+             {"--locate t1:2 --against sideways/torch/bf16", "reference 'sideways'"},
+             {"--against live/invariant/bf16", "--against goes with --locate"}}) {
+        const auto r = runCli(base + flags);
+        EXPECT_EQ(r.exitCode, 2) << flags << ": " << r.err;
+        EXPECT_NE(r.err.find(message), std::string::npos) << flags << ": " << r.err;
+    }
 }
 
 TEST(ReplayCli, APlantedWrongTokenIsFoundAtItsIndex) {
