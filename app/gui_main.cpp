@@ -5,6 +5,7 @@
 #include "widgets/item_table_model.h"
 #include "widgets/ledger_page.h"
 #include "widgets/main_window.h"
+#include "widgets/trajectory_table_model.h"
 #include "widgets/transplant_panel.h"
 
 #include "core/util/memory.h"
@@ -40,6 +41,7 @@ int takeScreenshot(QApplication& app, MainWindow& window, const QString& file, b
             QTimer::singleShot(200, &app, save);
     });
     QObject::connect(&window, &MainWindow::transplantShown, &app, [&] { QTimer::singleShot(200, &app, save); });
+    QObject::connect(&window, &MainWindow::trajectoryShown, &app, [&] { QTimer::singleShot(200, &app, save); });
     QObject::connect(&window, &MainWindow::taskFailed, &app, [&](const QString& message) {
         std::fprintf(stderr, "kvscope-gui: %s\n", qPrintable(message));
         app.exit(1);
@@ -61,6 +63,20 @@ QString defaultItem(const kvscope::widgets::ItemTableModel& items) {
             fallback = QString::fromStdString(record.itemId);
     }
     return fallback;
+}
+
+// An imported run's: the trajectory whose max |delta| on the page's basis is largest, else the first.
+QString defaultTrajectory(const kvscope::widgets::TrajectoryTableModel& trajectories) {
+    QString best;
+    double largest = -1;
+    for (const auto& record : trajectories.items()) {
+        const double max = kvscope::experiments::itemMismatch(record, trajectories.basis()).maxAbsDelta.value_or(0.0);
+        if (max > largest) {
+            largest = max;
+            best = QString::fromStdString(record.itemId);
+        }
+    }
+    return best;
 }
 
 // The command line, read before any window system is touched: --help and --version (and a bad
@@ -146,7 +162,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "kvscope-gui: the ledger has no item '%s'\n", qPrintable(options.item));
         if (screenshot) return 1;
     } else if (options.item.isEmpty() && screenshot) {
-        window.selectItem(defaultItem(*window.ledgerPage()->itemModel()));
+        const kvscope::widgets::LedgerPage& page = *window.ledgerPage();
+        window.selectItem(page.showsImportedRun() ? defaultTrajectory(*page.trajectoryModel())
+                                                  : defaultItem(*page.itemModel()));
     }
     if (screenshot) return takeScreenshot(app, window, options.screenshot, options.transplant);
     return app.exec();

@@ -137,10 +137,11 @@ void DecodeCompareView::syncScrolling() {
 std::vector<TokenCell> DecodeCompareView::cellsFor(const AnalysisView& a, const SideView& side, int highlight) const {
     std::vector<TokenCell> cells;
     for (std::size_t i = 0; i < a.prefix.size(); ++i)
-        cells.push_back({a.prefix[i], true, false, static_cast<int>(i) == a.promptLength && a.promptLength > 0});
+        cells.push_back(
+            {a.prefix[i], true, false, static_cast<int>(i) == a.promptLength && a.promptLength > 0, {}, {}});
     const std::size_t boundaryCell = cells.size();
     for (std::size_t i = 0; i < side.tokens.size(); ++i)
-        cells.push_back({side.tokens[i], false, static_cast<int>(i) == highlight, i == 0});
+        cells.push_back({side.tokens[i], false, static_cast<int>(i) == highlight, i == 0, {}, {}});
     if (side.tokens.empty() && boundaryCell < cells.size()) cells[boundaryCell].boundaryBefore = true;
     return cells;
 }

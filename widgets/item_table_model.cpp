@@ -63,11 +63,14 @@ void ItemTableModel::setItems(std::vector<ItemRecord> items) {
     endResetModel();
 }
 
-int ItemTableModel::rowOfItem(const QString& itemId) const {
-    for (std::size_t i = 0; i < items_.size(); ++i)
-        if (QString::fromStdString(items_[i].itemId) == itemId) return static_cast<int>(i);
+int rowOfItemId(const std::vector<ItemRecord>& items, const QString& itemId) {
+    const std::string id = itemId.toStdString();
+    for (std::size_t i = 0; i < items.size(); ++i)
+        if (items[i].itemId == id) return static_cast<int>(i);
     return -1;
 }
+
+int ItemTableModel::rowOfItem(const QString& itemId) const { return rowOfItemId(items_, itemId); }
 
 int ItemTableModel::rowCount(const QModelIndex& parent) const {
     return parent.isValid() ? 0 : static_cast<int>(items_.size());

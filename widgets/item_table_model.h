@@ -84,6 +84,9 @@ private:
     ItemRange range_;
 };
 
+// The row of the item `itemId` in `items`, -1 when absent (the item models' rowOfItem).
+int rowOfItemId(const std::vector<experiments::ItemRecord>& items, const QString& itemId);
+
 // Helpers over one record's JSON results, shared by the views.
 namespace item_results {
 bool divergent(const experiments::ItemRecord& item);

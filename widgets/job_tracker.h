@@ -12,7 +12,7 @@
 
 namespace kvscope::widgets {
 
-enum class JobKind { OpenModel, Analysis, Transplant, Decode, Batch };
+enum class JobKind { OpenModel, Analysis, Transplant, Decode, Batch, Locate };
 
 class JobTracker {
 public:

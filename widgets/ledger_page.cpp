@@ -3,7 +3,9 @@
 
 #include "widgets/item_table_model.h"
 #include "widgets/ledger_summary_view.h"
+#include "widgets/replay_summary_view.h"
 #include "widgets/run_table_model.h"
+#include "widgets/trajectory_table_model.h"
 
 #include "core/util/error.h"
 
@@ -14,7 +16,9 @@
 #include <QHeaderView>
 #include <QItemSelectionModel>
 #include <QLabel>
+#include <QSortFilterProxyModel>
 #include <QSplitter>
+#include <QStackedWidget>
 #include <QTableView>
 #include <QVBoxLayout>
 
@@ -24,10 +28,37 @@ namespace kvscope::widgets {
 
 LedgerPage::LedgerPage(QWidget* parent)
     : QWidget(parent), runs_(new RunTableModel(this)), items_(new ItemTableModel(this)),
-      proxy_(new ItemFilterProxy(this)) {
+      proxy_(new ItemFilterProxy(this)), trajectories_(new TrajectoryTableModel(this)),
+      trajectoryProxy_(new QSortFilterProxyModel(this)) {
     proxy_->setSourceModel(items_);
+    trajectoryProxy_->setSourceModel(trajectories_);
+    trajectoryProxy_->setSortRole(TrajectoryTableModel::SortRole);
     setupViews();
 }
+
+namespace {
+QTableView* itemTable(QAbstractItemModel* model, int sortColumn) {
+    auto* view = new QTableView;
+    view->setModel(model);
+    view->setSortingEnabled(true);
+    view->sortByColumn(sortColumn, Qt::AscendingOrder);
+    view->setSelectionBehavior(QAbstractItemView::SelectRows);
+    view->setSelectionMode(QAbstractItemView::SingleSelection);
+    view->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    view->verticalHeader()->hide();
+    return view;
+}
+
+// A run's items: `above` (its summary and controls) over `table`, which takes the rest.
+QWidget* column(QWidget* parent, std::initializer_list<QWidget*> above, QTableView* table) {
+    auto* box = new QWidget(parent);
+    auto* layout = new QVBoxLayout(box);
+    layout->setContentsMargins(0, 0, 0, 0);
+    for (QWidget* w : above) layout->addWidget(w);
+    layout->addWidget(table, 1);
+    return box;
+}
+}  // namespace
 
 void LedgerPage::setupViews() {
     auto* layout = new QVBoxLayout(this);
@@ -39,30 +70,38 @@ void LedgerPage::setupViews() {
     runView_->horizontalHeader()->setStretchLastSection(true);
     runView_->verticalHeader()->hide();
 
-    auto* itemsBox = new QWidget(splitter);
-    auto* itemsLayout = new QVBoxLayout(itemsBox);
-    itemsLayout->setContentsMargins(0, 0, 0, 0);
-    summary_ = new LedgerSummaryView(itemsBox);
-    itemsLayout->addWidget(summary_);
-    auto* bar = new QWidget(itemsBox);
-    setupFilters(bar);
-    itemsLayout->addWidget(bar);
-    itemView_ = new QTableView(itemsBox);
-    itemView_->setModel(proxy_);
-    itemView_->setSortingEnabled(true);
-    itemView_->sortByColumn(ItemTableModel::IdColumn, Qt::AscendingOrder);
-    itemView_->setSelectionBehavior(QAbstractItemView::SelectRows);
-    itemView_->setSelectionMode(QAbstractItemView::SingleSelection);
-    itemView_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-    itemView_->verticalHeader()->hide();
-    itemsLayout->addWidget(itemView_, 1);
+    itemsStack_ = new QStackedWidget(splitter);
+    studyItems_ = setupStudyItems(itemsStack_);
+    importedItems_ = setupTrajectories(itemsStack_);
+    itemsStack_->addWidget(studyItems_);
+    itemsStack_->addWidget(importedItems_);
     splitter->setStretchFactor(0, 1);
     splitter->setStretchFactor(1, 4);
     layout->addWidget(splitter);
 
     connect(runView_->selectionModel(), &QItemSelectionModel::currentRowChanged, this,
             [this](const QModelIndex& current) { showRun(current.row()); });
+}
+
+QWidget* LedgerPage::setupStudyItems(QWidget* parent) {
+    summary_ = new LedgerSummaryView;
+    auto* bar = new QWidget;
+    setupFilters(bar);
+    itemView_ = itemTable(proxy_, ItemTableModel::IdColumn);
     connect(itemView_->selectionModel(), &QItemSelectionModel::currentRowChanged, this, &LedgerPage::onItemRowChanged);
+    return column(parent, {summary_, bar}, itemView_);
+}
+
+QWidget* LedgerPage::setupTrajectories(QWidget* parent) {
+    replaySummary_ = new ReplaySummaryView;
+    trajectoryView_ = itemTable(trajectoryProxy_, TrajectoryTableModel::IdColumn);
+    connect(trajectoryView_->selectionModel(), &QItemSelectionModel::currentRowChanged, this,
+            &LedgerPage::onTrajectoryRowChanged);
+    connect(replaySummary_, &ReplaySummaryView::basisChanged, this, [this](const experiments::DeltaBasis& basis) {
+        trajectories_->setBasis(basis);
+        emit basisChanged(basis);
+    });
+    return column(parent, {replaySummary_}, trajectoryView_);
 }
 
 void LedgerPage::setupFilters(QWidget* bar) {
@@ -114,22 +153,41 @@ void LedgerPage::showRun(int row) {
     if (row < 0 || row >= static_cast<int>(runInfos_.size()) || row == currentRun_) return;
     currentRun_ = row;
     const experiments::Ledger ledger(path_.toStdString(), experiments::LedgerAccess::ReadOnly);
-    items_->setItems(ledger.items(runInfos_[static_cast<std::size_t>(row)].runId));
+    const experiments::RunInfo& run = runInfos_[static_cast<std::size_t>(row)];
+    std::vector<experiments::ItemRecord> items = ledger.items(run.runId);
+    if (experiments::isImportedRun(run.manifest)) {
+        items_->setItems({});
+        summary_->setItems({});
+        trajectories_->setItems(items, replaySummary_->basis());
+        replaySummary_->setItems(items);  // keeps the basis where this run has it; the table follows
+        itemsStack_->setCurrentWidget(importedItems_);
+        return;
+    }
+    trajectories_->setItems({}, {});
+    items_->setItems(std::move(items));
     summary_->setItems(items_->items());
     proxy_->setRange({});
+    itemsStack_->setCurrentWidget(studyItems_);
 }
+
+bool LedgerPage::showsImportedRun() const { return itemsStack_->currentWidget() == importedItems_; }
+
+const experiments::DeltaBasis& LedgerPage::basis() const { return replaySummary_->basis(); }
 
 const experiments::RunInfo* LedgerPage::currentRun() const {
     return currentRun_ < 0 ? nullptr : &runInfos_[static_cast<std::size_t>(currentRun_)];
 }
 
 bool LedgerPage::selectItem(const QString& itemId) {
-    const int sourceRow = items_->rowOfItem(itemId);
+    const bool imported = showsImportedRun();
+    const int sourceRow = imported ? trajectories_->rowOfItem(itemId) : items_->rowOfItem(itemId);
     if (sourceRow < 0) return false;
-    const QModelIndex proxyIndex = proxy_->mapFromSource(items_->index(sourceRow, 0));
+    QAbstractProxyModel* proxy = imported ? static_cast<QAbstractProxyModel*>(trajectoryProxy_) : proxy_;
+    QTableView* view = imported ? trajectoryView_ : itemView_;
+    const QModelIndex proxyIndex = proxy->mapFromSource(proxy->sourceModel()->index(sourceRow, 0));
     if (!proxyIndex.isValid()) return false;  // filtered out
-    itemView_->setCurrentIndex(proxyIndex);
-    itemView_->scrollTo(proxyIndex);
+    view->setCurrentIndex(proxyIndex);
+    view->scrollTo(proxyIndex);
     return true;
 }
 
@@ -138,6 +196,12 @@ void LedgerPage::onItemRowChanged() {
     if (!current.isValid() || !currentRun()) return;
     const int sourceRow = proxy_->mapToSource(current).row();
     emit itemSelected(*currentRun(), items_->record(sourceRow));
+}
+
+void LedgerPage::onTrajectoryRowChanged() {
+    const QModelIndex current = trajectoryView_->currentIndex();
+    if (!current.isValid() || !currentRun()) return;
+    emit trajectorySelected(*currentRun(), trajectories_->record(trajectoryProxy_->mapToSource(current).row()));
 }
 
 }  // namespace kvscope::widgets

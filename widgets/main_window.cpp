@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
 #include "widgets/main_window.h"
 
+#include "widgets/batch_continuations_view.h"
 #include "widgets/decode_compare_view.h"
 #include "widgets/kv_heatmap_view.h"
 #include "widgets/ledger_page.h"
 #include "widgets/session_page.h"
+#include "widgets/trajectory_view.h"
 #include "widgets/transplant_panel.h"
 
 #include "core/model/gguf.h"
@@ -20,6 +22,7 @@
 #include <QMessageBox>
 #include <QProgressBar>
 #include <QSettings>
+#include <QStackedWidget>
 #include <QStatusBar>
 #include <QStyle>
 #include <QStyleFactory>
@@ -49,6 +52,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     setupStatusBar();
     connectWorkerLifecycle();
     connectLedger();
+    connectTrajectories();
     connectSession();
     restoreSettings();
 }
@@ -75,18 +79,26 @@ void MainWindow::setupDocks() {
         addDockWidget(area, d);
         return d;
     };
-    decodes_ = new DecodeCompareView(this);
+    decodesStack_ = new QStackedWidget(this);
+    decodes_ = new DecodeCompareView(decodesStack_);
+    trajectory_ = new TrajectoryView(decodesStack_);
+    decodesStack_->addWidget(decodes_);
+    decodesStack_->addWidget(trajectory_);
+    batch_ = new BatchContinuationsView(this);
     heatmap_ = new KvHeatmapView(this);
     connect(heatmap_, &KvHeatmapView::exportFailed, this,
             [this](const QString& message) { showError(tr("Export failed"), message); });
     transplant_ = new TransplantPanel(this);
-    QDockWidget* decodes = dock(tr("Decodes"), decodes_, Qt::RightDockWidgetArea);
+    QDockWidget* decodes = dock(tr("Decodes"), decodesStack_, Qt::RightDockWidgetArea);
     QDockWidget* heatmap = dock(tr("KV difference"), heatmap_, Qt::BottomDockWidgetArea);
     QDockWidget* transplant = dock(tr("Transplant"), transplant_, Qt::RightDockWidgetArea);
+    batchDock_ = dock(tr("Batch sizes"), batch_, Qt::RightDockWidgetArea);
     splitDockWidget(decodes, transplant, Qt::Horizontal);
+    tabifyDockWidget(decodes, batchDock_);
+    decodes->raise();
     resizeDocks({decodes, transplant}, {700, 260}, Qt::Horizontal);
     viewMenu_ = new QMenu(tr("&View"), this);
-    for (QDockWidget* d : {decodes, heatmap, transplant}) viewMenu_->addAction(d->toggleViewAction());
+    for (QDockWidget* d : {decodes, heatmap, transplant, batchDock_}) viewMenu_->addAction(d->toggleViewAction());
 }
 
 void MainWindow::setupMenus() {
@@ -205,8 +217,10 @@ void MainWindow::connectLedger() {
     // Selection drives every view; results of superseded jobs are dropped.
     connect(ledger_, &LedgerPage::itemSelected, this,
             [this](const experiments::RunInfo& run, const experiments::ItemRecord& item) {
+                decodesStack_->setCurrentWidget(decodes_);
                 decodes_->clear();
                 heatmap_->clear();
+                batch_->clear();
                 const experiments::RunDescription d = experiments::describeRun(run.manifest);
                 modelLabel_->setText(tr("%1 \u00b7 %2 \u00b7 %3")
                                          .arg(QFileInfo(QString::fromStdString(d.modelPath)).fileName(),
@@ -216,6 +230,12 @@ void MainWindow::connectLedger() {
             });
     connect(worker_, &ModelWorker::analysisReady, this, [this](const AnalysisView& a) {
         if (!jobs_.isCurrent(JobKind::Analysis, a.job)) return;
+        batch_->showAnalysis(a);
+        if (!a.hasBoundary) {  // nothing to compare at a boundary: the batch sizes are all there is
+            batchDock_->raise();
+            emit analysisShown();
+            return;
+        }
         decodes_->showAnalysis(a);
         heatmap_->setDiff(a.diff, a.diffNote.isEmpty() ? a.title : a.diffNote);
         if (a.liveVsPrefill) transplant_->setAnalysis(a);  // transplants splice the live and prefill caches
@@ -232,6 +252,38 @@ void MainWindow::connectLedger() {
         emit transplantShown();
     });
 }
+
+void MainWindow::connectTrajectories() {
+    // An imported run's trajectory: its numbers at once, its tokens' text from the worker (the
+    // run's tokenizer), a step located on request; the basis comes from the ledger page.
+    connect(ledger_, &LedgerPage::trajectorySelected, this,
+            [this](const experiments::RunInfo& run, const experiments::ItemRecord& item) {
+                trajectoryRun_ = run;
+                trajectoryItem_ = item;
+                decodesStack_->setCurrentWidget(trajectory_);
+                heatmap_->clear();
+                batch_->clear();
+                trajectory_->showItem(item, ledger_->basis());
+                worker_->describeTrajectory(startJob(JobKind::Analysis), run, item);
+            });
+    connect(ledger_, &LedgerPage::basisChanged, trajectory_, &TrajectoryView::setBasis);
+    connect(worker_, &ModelWorker::trajectoryTokensReady, this, [this](const TrajectoryTokens& t) {
+        if (!jobs_.isCurrent(JobKind::Analysis, t.job)) return;
+        trajectory_->setTokens(t);
+        emit trajectoryShown();
+    });
+    connect(trajectory_, &TrajectoryView::locateRequested, this, [this](int step) {
+        worker_->locateReplayStep(startJob(JobKind::Locate), trajectoryRun_, trajectoryItem_, trajectory_->basis(),
+                                  step);
+    });
+    connect(worker_, &ModelWorker::stepLocated, this, [this](const StepLocation& l) {
+        if (!jobs_.isCurrent(JobKind::Locate, l.job)) return;
+        trajectory_->showLocation(l);
+        emit stepLocated();
+    });
+}
+
+bool MainWindow::showsTrajectory() const { return decodesStack_->currentWidget() == trajectory_; }
 
 void MainWindow::connectSession() {
     connect(session_, &SessionPage::openModelRequested, this, [this](const QString& dir, const QString& dtype) {

@@ -9,17 +9,21 @@
 #include <QMainWindow>
 #include <QThread>
 
+class QDockWidget;
 class QLabel;
 class QProgressBar;
+class QStackedWidget;
 class QTabWidget;
 class QToolButton;
 
 namespace kvscope::widgets {
 
+class BatchContinuationsView;
 class DecodeCompareView;
 class KvHeatmapView;
 class LedgerPage;
 class SessionPage;
+class TrajectoryView;
 class TransplantPanel;
 
 class MainWindow : public QMainWindow {
@@ -40,6 +44,10 @@ public:
     LedgerPage* ledgerPage() const { return ledger_; }
     SessionPage* sessionPage() const { return session_; }
     DecodeCompareView* decodeView() const { return decodes_; }
+    TrajectoryView* trajectoryView() const { return trajectory_; }
+    BatchContinuationsView* batchView() const { return batch_; }
+    // The Decodes dock shows the study's live/prefill panes, or an imported trajectory.
+    bool showsTrajectory() const;
     KvHeatmapView* heatmapView() const { return heatmap_; }
     TransplantPanel* transplantPanel() const { return transplant_; }
     ModelWorker* worker() const { return worker_; }
@@ -51,6 +59,8 @@ public:
 signals:
     void analysisShown();                         // the views show a new analysis
     void transplantShown();
+    void trajectoryShown();                       // an imported trajectory's tokens arrived
+    void stepLocated();                           // the trajectory view shows a located step
     void taskFailed(const QString& message);
     void taskCancelled(const QString& task);      // a cancelled job: no dialog, the status bar says so
 
@@ -64,6 +74,7 @@ private:
     void setupStatusBar();
     void connectWorkerLifecycle();
     void connectLedger();
+    void connectTrajectories();
     void connectSession();
     // A new job id for a request; a request of the same kind still open is superseded and cancelled.
     quint64 startJob(JobKind kind);
@@ -81,6 +92,13 @@ private:
     LedgerPage* ledger_ = nullptr;
     SessionPage* session_ = nullptr;
     DecodeCompareView* decodes_ = nullptr;
+    TrajectoryView* trajectory_ = nullptr;
+    QStackedWidget* decodesStack_ = nullptr;  // decodes_ or trajectory_
+    BatchContinuationsView* batch_ = nullptr;
+    QDockWidget* batchDock_ = nullptr;
+    // The imported trajectory the trajectory view shows: what a click on a step locates.
+    experiments::RunInfo trajectoryRun_;
+    experiments::ItemRecord trajectoryItem_;
     KvHeatmapView* heatmap_ = nullptr;
     TransplantPanel* transplant_ = nullptr;
     QMenu* recentMenu_ = nullptr;

@@ -2,7 +2,9 @@
 // libtorch's headers come before any Qt header: Qt's `slots` / `signals` keyword macros would
 // otherwise rewrite identifiers inside them (c10::ivalue::Object::slots()).
 #include "experiments/protocols.h"
+#include "experiments/replay_locate.h"
 #include "experiments/runner.h"
+#include "experiments/trajectories.h"
 
 #include "core/cache/constructions.h"
 #include "core/cache/transplant.h"
@@ -48,12 +50,14 @@ struct ModelWorker::State {
     ItemContext context() { return ItemContext{*config, *tokenizer, models.get(), ""}; }
     const Transformer& mainModel() { return models->get(config->dtypes.front()); }
 
-    void useConfig(ExperimentConfig c, const std::string& key) {
+    // `loadNow`: the main model at once (its config.json and weights' errors say the most); an
+    // imported run's models load when a step is located, its tokenizer is all its tokens need.
+    void useConfig(ExperimentConfig c, const std::string& key, bool loadNow = true) {
         if (key == contextKey) return;
         boundary.reset();
         contextKey.clear();
         models = std::make_unique<experiments::ModelPool>(c.modelDir, c.device, c.numerics());
-        models->get(c.dtypes.front());  // config.json and weights first: their errors say the most
+        if (loadNow) models->get(c.dtypes.front());
         tokenizer = Tokenizer::fromModelDir(c.modelDir);
         specialIds.clear();
         for (const AddedToken& t : tokenizer->addedTokens())
@@ -78,6 +82,34 @@ struct ModelWorker::State {
         for (const TopEntry& e : s.top)
             t.top.append({QStringLiteral("%1 [%2]").arg(tokenText(e.id)).arg(e.id), e.logit});
         return t;
+    }
+
+    std::vector<TokenView> views(const std::vector<int64_t>& ids) const {
+        std::vector<TokenView> out;
+        for (const int64_t id : ids) out.push_back(view(id));
+        return out;
+    }
+
+    // The batch protocol's continuations the ledger holds for `item`, alone first per kernel set.
+    std::vector<AnalysisView::BatchSide> batchSides(const experiments::ItemRecord& item) const {
+        std::vector<AnalysisView::BatchSide> sides;
+        if (!item.results.batch) return sides;
+        for (const auto& [kernels, cells] : item.results.batch->byKernels) {
+            const auto alone = item.trajectories.find(experiments::batchContinuationName(kernels, 1));
+            if (alone == item.trajectories.end()) continue;  // a ledger from before they were kept
+            sides.push_back({QString::fromStdString(kernels), 1, -1, {}, views(alone->second)});
+            for (const auto& [size, cell] : cells) {
+                const auto ids = item.trajectories.find(experiments::batchContinuationName(kernels, size));
+                if (ids == item.trajectories.end()) continue;
+                QString note = cell.logitsEqual ? QObject::tr("logits bit-equal to alone's")
+                                                : QObject::tr("logits differ from %1")
+                                                      .arg(QString::fromStdString(cell.firstDifferingOp.value_or("")));
+                if (!cell.cacheEqual) note += QObject::tr("; the prompt's K/V differ");
+                sides.push_back({QString::fromStdString(kernels), static_cast<int>(size),
+                                 static_cast<int>(cell.firstDivergence.value_or(-1)), note, views(ids->second)});
+            }
+        }
+        return sides;
     }
 
     SideView side(const QString& label, const GenerationResult& r) const {
@@ -133,6 +165,8 @@ void registerWorkerMetaTypes() {
     qRegisterMetaType<TransplantView>();
     qRegisterMetaType<SessionDecode>();
     qRegisterMetaType<SideSpec>();
+    qRegisterMetaType<TrajectoryTokens>();
+    qRegisterMetaType<StepLocation>();
 }
 
 ModelWorker::ModelWorker() : state_(std::make_unique<State>()) { registerWorkerMetaTypes(); }
@@ -211,11 +245,20 @@ void ModelWorker::openModel(quint64 job, const QString& dir, const QString& dtyp
 
 void ModelWorker::analyzeLedgerItem(quint64 job, const experiments::RunInfo& run, const experiments::ItemRecord& item) {
     post(job, tr("analyse item"), [this, job, run, item] {
-        experiments::storedBoundary(item);  // first: an item without a boundary is refused by name
+        // First: an item without a boundary is refused by name, unless the batch protocol has
+        // something to show for it (it needs the prompt only).
+        const bool hasBoundary = item.status == experiments::ItemStatus::Done;
+        if (!hasBoundary && !item.results.batch) experiments::storedBoundary(item);
         state_->useConfig(experiments::configOfRun(run), run.runId);
         AnalysisView v;
         v.job = job;
         v.title = QString::fromStdString(item.itemId);
+        v.batch = state_->batchSides(item);
+        if (!hasBoundary) {
+            v.hasBoundary = false;
+            emit analysisReady(v);
+            return;
+        }
         ItemContext ctx = state_->context();
         if (item.results.localize && item.results.localize->found) {
             const experiments::LocalizeResult& l = *item.results.localize;
@@ -229,6 +272,58 @@ void ModelWorker::analyzeLedgerItem(quint64 job, const experiments::RunInfo& run
         state_->boundary = experiments::rebuildStoredBoundary(ctx, item, [this] { return keepGoing(); });
         emit analysisReady(state_->finish(std::move(v)));
     });
+}
+
+void ModelWorker::describeTrajectory(quint64 job, const experiments::RunInfo& run,
+                                     const experiments::ItemRecord& item) {
+    post(job, tr("read trajectory"), [this, job, run, item] {
+        useImportedRun(run);
+        TrajectoryTokens t;
+        t.job = job;
+        t.itemId = QString::fromStdString(item.itemId);
+        t.prompt = state_->views(experiments::storedTrajectory(item, "prompt", "the ledger"));
+        t.output = state_->views(experiments::storedTrajectory(item, "output", "the ledger"));
+        for (const auto& [label, replay] : item.results.replays)
+            for (const int64_t id : replay.argmaxes) t.argmaxTexts.try_emplace(id, state_->tokenText(id));
+        emit trajectoryTokensReady(t);
+    });
+}
+
+void ModelWorker::locateReplayStep(quint64 job, const experiments::RunInfo& run, const experiments::ItemRecord& item,
+                                   const experiments::DeltaBasis& basis, int step) {
+    post(job, tr("locate step %1").arg(step), [this, job, run, item, basis, step] {
+        useImportedRun(run);
+        const experiments::ReplayLabel label = experiments::parseReplayLabel(basis.label);
+        const Transformer& model = state_->models->get(label.precision.name(), label.kernels);
+        const auto [a, b] = experiments::referencesToLocate(basis);
+        const LocatorReport r = experiments::locateReplayStep(model, item, step, a, b);
+        StepLocation l;
+        l.job = job;
+        l.itemId = QString::fromStdString(item.itemId);
+        l.step = step;
+        l.references = QStringLiteral("%1 vs %2").arg(QString::fromStdString(a), QString::fromStdString(b));
+        l.model = tr("%1 kernels, %2")
+                      .arg(QString::fromStdString(kernelsName(label.kernels)),
+                           QString::fromStdString(label.precision.name()));
+        l.opsCompared = static_cast<int>(r.ops.size());
+        l.differs = r.firstDifference.has_value();
+        if (r.firstDifference) {
+            const OpComparison& op = r.ops[*r.firstDifference];
+            l.firstOp = op.layer < 0 ? QString::fromStdString(op.op)
+                                     : QStringLiteral("layer %1 %2").arg(op.layer).arg(QString::fromStdString(op.op));
+            l.maxAbs = op.maxAbs;
+            l.differing = static_cast<int>(op.differing);
+            l.elements = static_cast<int>(op.elements);
+        }
+        emit stepLocated(l);
+    });
+}
+
+// The imported run's model folder or GGUF file, for its tokenizer and (when a step is located) its models.
+void ModelWorker::useImportedRun(const experiments::RunInfo& run) {
+    const std::string model = experiments::describeRun(run.manifest).modelPath;
+    if (model.empty()) throw UsageError("run " + run.runId + ": its manifest names no model");
+    state_->useConfig(sessionConfig(model, "bf16"), "imported:" + run.runId, false);
 }
 
 void ModelWorker::decodeSession(quint64 job, const QString& promptText, const QString& promptIds, int maxNewTokens) {

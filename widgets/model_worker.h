@@ -9,6 +9,7 @@
 // between batch items) and reaches queued jobs too: a job cancelled before it starts never runs.
 // Each job ends with exactly one of finished, failed or cancelled.
 #include "experiments/ledger.h"
+#include "experiments/replay_inspection.h"
 
 #include "core/cache/cache_diff.h"
 
@@ -19,6 +20,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -50,6 +52,17 @@ struct AnalysisView {
     int firstDivergence = -1;       // in the continuations, -1 when equal
     CacheDiff diff;                 // live vs prefill caches at the boundary
     int layers = 0;
+    // The batch protocol's continuations of the item's prompt, when the run has them: per kernel
+    // set, alone (size 1) first, then each batch size's, its first divergence from alone marked.
+    struct BatchSide {
+        QString kernels;
+        int size = 1;
+        int firstDivergence = -1;  // from alone's continuation; -1 when equal
+        QString note;              // the ledger's cell: logits and cache equal, the first differing op
+        std::vector<TokenView> tokens;
+    };
+    std::vector<BatchSide> batch;
+    bool hasBoundary = true;        // false: an item the trace gave no boundary; only `batch` is filled
     bool liveVsPrefill = true;      // false: a chosen pair of constructions / precisions
     QString diffNote;               // why there is no element-wise diff (precisions differ), if so
     // The ledger's localize result (the smallest sufficient layer range), if there is one.
@@ -65,6 +78,28 @@ struct SideSpec {
     QString construction = QStringLiteral("live");
     QString dtype;
     QString kernels;
+};
+
+// An imported trajectory's tokens as text (the ledger holds ids; the run's tokenizer reads them).
+struct TrajectoryTokens {
+    quint64 job = 0;
+    QString itemId;
+    std::vector<TokenView> prompt, output;
+    std::map<int64_t, QString> argmaxTexts;  // every replay's argmax tokens, by id
+};
+
+// Where two references' computations of one replayed step first part (experiments::locateReplayStep).
+struct StepLocation {
+    quint64 job = 0;
+    QString itemId;
+    int step = -1;
+    QString references;   // "prefill vs live"
+    QString model;        // the replay's kernels and precision: "torch kernels, bf16"
+    int opsCompared = 0;
+    bool differs = false;
+    QString firstOp;      // "layer 3 attn_output" where they part
+    double maxAbs = 0;    // there, max |a - b| in fp32
+    int differing = 0, elements = 0;
 };
 
 struct TransplantRequest {
@@ -110,6 +145,11 @@ public:
     void analyzeSession(quint64 job, const std::vector<int64_t>& prompt, const std::vector<int64_t>& trace,
                         int boundary, int maxNewTokens);
     void transplant(quint64 job, const TransplantRequest& request);
+    // An imported run's item: its tokens as text (trajectoryTokensReady); one step located between
+    // the references `basis` compares (stepLocated), on the model of basis.label's kernels and precision.
+    void describeTrajectory(quint64 job, const experiments::RunInfo& run, const experiments::ItemRecord& item);
+    void locateReplayStep(quint64 job, const experiments::RunInfo& run, const experiments::ItemRecord& item,
+                          const experiments::DeltaBasis& basis, int step);
     // Any two constructions or precisions over the current boundary's prefix, continued and compared.
     void compareSides(quint64 job, const SideSpec& a, const SideSpec& b);
     void runBatch(quint64 job, const QString& experimentFile, const QString& ledgerPath);
@@ -125,6 +165,8 @@ signals:
     void analysisReady(const kvscope::widgets::AnalysisView& analysis);
     void transplantReady(const kvscope::widgets::TransplantView& result);
     void sessionDecoded(const kvscope::widgets::SessionDecode& decode);
+    void trajectoryTokensReady(const kvscope::widgets::TrajectoryTokens& tokens);
+    void stepLocated(const kvscope::widgets::StepLocation& location);
     void batchFinished(const QString& ledgerPath, const QString& summary);
     void finished(quint64 job, const QString& task);
     void failed(quint64 job, const QString& task, const QString& message);
@@ -135,6 +177,7 @@ private:
     bool beginJob(quint64 job);  // false: cancelled while queued
     void endJob();
     bool keepGoing() const { return !cancelRunning_.load(); }
+    void useImportedRun(const experiments::RunInfo& run);  // worker thread
     struct State;  // models, tokenizer, the last boundary state; touched only in the worker thread
     std::unique_ptr<State> state_;
 
@@ -155,3 +198,5 @@ Q_DECLARE_METATYPE(kvscope::widgets::AnalysisView)
 Q_DECLARE_METATYPE(kvscope::widgets::TransplantView)
 Q_DECLARE_METATYPE(kvscope::widgets::SessionDecode)
 Q_DECLARE_METATYPE(kvscope::widgets::SideSpec)
+Q_DECLARE_METATYPE(kvscope::widgets::TrajectoryTokens)
+Q_DECLARE_METATYPE(kvscope::widgets::StepLocation)

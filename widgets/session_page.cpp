@@ -133,10 +133,10 @@ void SessionPage::setBoundary(int generatedTokens) {
 
 void SessionPage::render() {
     std::vector<TokenCell> cells;
-    for (const TokenView& t : decode_.prompt) cells.push_back({t, true, false, false});
+    for (const TokenView& t : decode_.prompt) cells.push_back({t, true, false, false, {}, {}});
     const auto& trace = decode_.trace.empty() ? streaming_ : decode_.trace;
     for (std::size_t i = 0; i < trace.size(); ++i)
-        cells.push_back({trace[i], false, false, boundary_ > 0 && static_cast<int>(i) == boundary_});
+        cells.push_back({trace[i], false, false, boundary_ > 0 && static_cast<int>(i) == boundary_, {}, {}});
     pane_->setCells(tr("live decode"), std::move(cells));
 }
 

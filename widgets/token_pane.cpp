@@ -47,6 +47,7 @@ QString cellStyle(const TokenCell& c, std::size_t index) {
     QString style = QStringLiteral("text-decoration:none;");
     style += c.dimmed ? QStringLiteral("color:#8a8a8a;") : QStringLiteral("color:palette(text);");
     if (c.highlighted) return style + QStringLiteral("background-color:#ffb0a0;color:#000000;font-weight:bold;");
+    if (!c.shade.isEmpty()) return style + QStringLiteral("background-color:%1;color:#000000;").arg(c.shade);
     // Special tokens in blue on a blue tint, so a template's markers never read as text.
     if (c.token.special) return style + QStringLiteral("color:#1a5fb4;background-color:rgba(26,95,180,45);");
     // Every other token shaded, the prefix more lightly: each token's extent stays visible.
@@ -64,9 +65,11 @@ int TokenPane::highlightedCell() const {
 
 QString TokenPane::tooltipForCell(int cell) const {
     if (cell < 0 || cell >= static_cast<int>(cells_.size())) return {};
-    const TokenView& t = cells_[static_cast<std::size_t>(cell)].token;
+    const TokenCell& c = cells_[static_cast<std::size_t>(cell)];
+    const TokenView& t = c.token;
     QString tip = tr("<b>%1</b> &nbsp; id %2 &nbsp; position %3").arg(tokenHtml(t.text)).arg(t.id).arg(cell);
-    if (!t.hasStep) return tip + tr("<br>(prefix token: no decoding step)");
+    if (!c.note.isEmpty()) tip += QStringLiteral("<br>") + c.note;
+    if (!t.hasStep) return tip + (c.note.isEmpty() ? tr("<br>(prefix token: no decoding step)") : QString());
     tip += tr("<br>logprob %1 &nbsp; margin %2").arg(t.logprob, 0, 'g', 5).arg(t.margin, 0, 'g', 5);
     tip += QStringLiteral("<table>");
     for (const auto& [text, logit] : t.top)

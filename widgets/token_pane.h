@@ -17,6 +17,8 @@ struct TokenCell {
     bool dimmed = false;          // part of the shared prefix
     bool highlighted = false;     // the first divergent token
     bool boundaryBefore = false;  // draw the stage-boundary mark before this token
+    QString shade;                // a CSS background colour that carries a measure (|delta logprob|); empty: none
+    QString note;                 // more tooltip lines (HTML) below the token's own
 };
 
 class TokenPane : public QTextBrowser {
@@ -43,8 +45,8 @@ private:
 
 // Escapes a token for HTML and makes whitespace visible enough to read (newlines break the line).
 QString tokenHtml(const QString& text);
-// The CSS of cell `index`: the divergent token red, special tokens blue, every other token shaded
-// (lightly in the dimmed prefix) so token boundaries show.
+// The CSS of cell `index`: the divergent token red, a cell's own shade where it has one, special
+// tokens blue, every other token shaded (lightly in the dimmed prefix) so token boundaries show.
 QString cellStyle(const TokenCell& cell, std::size_t index);
 
 }  // namespace kvscope::widgets

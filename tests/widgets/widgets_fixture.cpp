@@ -2,12 +2,15 @@
 // libtorch's headers (through runner.h and test_support.h) before the fixture's Qt headers.
 #include "experiments/experiment_config.h"
 #include "experiments/runner.h"
+#include "experiments/trajectories.h"
 
 #include "support/test_support.h"
 
 #include "widgets_fixture.h"
 
 #include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <cstdlib>
@@ -43,6 +46,52 @@ const LedgerFixture& ledgerFixture() {
         return x;
     }();
     return f;
+}
+
+std::string importedLedger(const std::string& path, int count) {
+    const LedgerFixture& f = ledgerFixture();
+    std::string lines;
+    for (int k = 0; k < count; ++k) {
+        const experiments::ItemRecord& item = f.items.at(static_cast<std::size_t>(k));
+        const std::vector<int64_t>& trace = item.trajectories.at("trace");
+        const std::vector<int64_t> output(trace.begin(), trace.begin() + 12);
+        lines += nlohmann::json{{"id", item.itemId},       {"prompt_ids", item.trajectories.at("prompt")},
+                                {"output_ids", output},    {"logprobs", std::vector<double>(output.size(), -0.25)},
+                                {"top_logprobs", nullptr}, {"engine", "test-engine"},
+                                {"dtype", "bf16"},         {"batch_size", k % 2 ? 8 : 1},
+                                {"temperature", 0.0},      {"answer", nullptr}}
+                     .dump() +
+                 "\n";
+    }
+    const std::string file = path + ".jsonl";
+    test::writeTextFile(file, lines);
+    const experiments::ImportSummary imported = experiments::importTrajectories({file, path, f.model, "imported"});
+    for (const auto& [reference, kernels] : {std::pair{"prefill", Kernels::Torch}, {"live", Kernels::Invariant}}) {
+        experiments::ReplayRequest r;
+        r.ledgerPath = path;
+        r.runId = imported.runId;
+        r.reference = ForcedReference::parse(reference);
+        r.kernels = kernels;
+        experiments::replayRun(r);
+    }
+    return imported.runId;
+}
+
+void batchLedger(const std::string& dir, const std::string& path) {
+    const std::string experiment = dir + "/batch.toml";
+    test::writeTextFile(experiment, "name = \"batch\"\n[model]\ndir = \"" + ledgerFixture().model +
+                                        "\"\n[dataset]\npath = \"" + test::testDataDir() +
+                                        "/../../experiments/data/arith12.jsonl\"\n"
+                                        "[generation]\nmax_new_tokens = 16\nignore_eos = true\n[boundary]\n"
+                                        "rule = \"fraction\"\nfraction = 0.5\n[protocols]\nrun = [\"matched\", "
+                                        "\"batch\"]\n[batch]\nsizes = [2]\n");
+    experiments::RunOptions options;
+    options.ledgerPath = path;
+    options.threads = 1;
+    options.limit = 2;
+    std::atomic<bool> stop{false};
+    experiments::runExperiment(
+        experiments::ExperimentConfig::load(experiment), options, [](const experiments::RunProgress&) {}, stop);
 }
 
 void reexecWithQuietThreads(char** argv) {
