@@ -37,19 +37,6 @@ TransplantOutcome judgeTransplant(const std::vector<int64_t>& result, const std:
     return o;
 }
 
-namespace {
-
-using nlohmann::json;
-
-// ---- small helpers ------------------------------------------------------------------------------
-
-std::vector<int64_t> concat(std::vector<int64_t> a, const std::vector<int64_t>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-}
-
-// Where the trace's stage boundary falls (number of generated tokens in the prefix), or 0 if the
-// trace never reaches it or nothing would be left to continue.
 int64_t boundaryIndex(const ItemContext& ctx, const std::vector<int64_t>& trace) {
     const ExperimentConfig& c = ctx.config;
     const auto n = static_cast<int64_t>(trace.size());
@@ -63,6 +50,21 @@ int64_t boundaryIndex(const ItemContext& ctx, const std::vector<int64_t>& trace)
             if (ctx.tokenizer.decode({trace.begin(), trace.begin() + k}).find(c.boundaryMarker) != std::string::npos)
                 b = k;
     return (b > 0 && b < n) ? b : 0;
+}
+
+int64_t continuationBudget(const ExperimentConfig& c, int64_t boundary) {
+    return std::max<int64_t>(1, c.maxNewTokens - boundary);
+}
+
+namespace {
+
+using nlohmann::json;
+
+// ---- small helpers ------------------------------------------------------------------------------
+
+std::vector<int64_t> concat(std::vector<int64_t> a, const std::vector<int64_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
 }
 
 struct Side {
@@ -113,12 +115,6 @@ struct Prefix {
     std::vector<int64_t> prompt, trace, ids;  // ids = prompt + trace[0:B]
     int64_t boundary = 0, budget = 0;         // budget: tokens left to continue
 };
-
-// New tokens a continuation from a boundary after `boundary` generated tokens may decode: the trace's
-// budget less what it had spent there, at least one.
-int64_t continuationBudget(const ExperimentConfig& c, int64_t boundary) {
-    return std::max<int64_t>(1, c.maxNewTokens - boundary);
-}
 
 // The one-shot prefill of the prefix, by `m`.
 KvCache prefillOf(const Transformer& m, const Prefix& p) {
@@ -525,115 +521,6 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
     }
     rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return rec;
-}
-
-namespace {
-
-// True when a decode that has produced `generated` (after `context` tokens) stops there.
-bool stopsAfter(const ItemContext& ctx, const Transformer& m, const std::vector<int64_t>& generated, int64_t context,
-                int64_t budget) {
-    const StopRules stops = stopRules(ctx, m, budget);
-    const int64_t n = static_cast<int64_t>(generated.size());
-    const bool eos = std::find(stops.eosIds.begin(), stops.eosIds.end(), generated.back()) != stops.eosIds.end();
-    bool stopString = false;
-    if (!stops.stopStrings.empty()) {
-        const std::string text = ctx.tokenizer.decode(generated);
-        for (const auto& s : stops.stopStrings)
-            stopString = stopString || (!s.empty() && text.find(s) != std::string::npos);
-    }
-    return eos || stopString || n == budget || context + n >= m.config().maxPositionEmbeddings;
-}
-
-// A stored continuation of `context` checked by one forward (teacher forcing): "" or the mismatch.
-std::string verifyContinuation(const ItemContext& ctx, const std::string& name, const std::vector<int64_t>& context,
-                               const std::vector<int64_t>& ids, int64_t budget) {
-    const Transformer& m = ctx.model(ctx.config.dtypes.front());
-    if (ids.empty()) return "trajectory '" + name + "' is empty";
-    const auto L = static_cast<int64_t>(context.size());
-    KvCache cache = m.newCache(L + static_cast<int64_t>(ids.size()));
-    const torch::Tensor logits = m.forward(concat(context, {ids.begin(), ids.end() - 1}), cache, Logits::All);
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-        const int64_t at = L + static_cast<int64_t>(i);  // position of ids[i]: its draw's key
-        if (chooseToken(logits[at - 1], ctx.config.sampling, static_cast<std::uint64_t>(at)).id != ids[i])
-            return "trajectory '" + name + "' differs at token " + std::to_string(i);
-        const bool last = i + 1 == ids.size();
-        if (stopsAfter(ctx, m, {ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(i) + 1}, L, budget) != last)
-            return "trajectory '" + name + "' " + (last ? "ends at" : "runs past a stop at") + " token " +
-                   std::to_string(i);
-    }
-    return "";
-}
-
-std::vector<int64_t> storedIds(const ItemRecord& stored, const std::string& name,
-                               std::vector<std::string>& mismatches) {
-    const auto it = stored.trajectories.find(name);
-    if (it == stored.trajectories.end()) mismatches.push_back("trajectory '" + name + "' is not in the ledger");
-    return it == stored.trajectories.end() ? std::vector<int64_t>() : it->second;
-}
-
-std::vector<std::string> auditAtPrefillSpeed(const ItemContext& ctx, const DatasetItem& item,
-                                             const ItemRecord& stored) {
-    const ExperimentConfig& c = ctx.config;
-    std::vector<std::string> mismatches;
-    const std::vector<int64_t> prompt = promptIdsFor(ctx, item);
-    if (storedIds(stored, "prompt", mismatches) != prompt) mismatches.push_back("trajectory 'prompt' differs");
-    const std::vector<int64_t> trace = storedIds(stored, "trace", mismatches);
-    if (!mismatches.empty()) return mismatches;
-    if (auto m = verifyContinuation(ctx, "trace", prompt, trace, c.maxNewTokens); !m.empty()) return {m};
-    const int64_t boundary = boundaryIndex(ctx, trace);
-    if ((boundary == 0) != (stored.status == ItemStatus::NoBoundary))
-        return {"the stage boundary differs from the run's"};
-    if (boundary == 0) return {};
-    const std::vector<int64_t> prefix = concat(prompt, {trace.begin(), trace.begin() + boundary});
-    const int64_t budget = continuationBudget(c, boundary);
-    for (const char* name : {"suffix_live", "suffix_prefill"})
-        if (auto m = verifyContinuation(ctx, name, prefix, storedIds(stored, name, mismatches), budget); !m.empty())
-            mismatches.push_back(m);
-    // With these kernels one forward over the prefix is the cache a decode retained there.
-    const Transformer& m = ctx.model(c.dtypes.front());
-    const std::string rebuilt =
-        fingerprintCache(buildCache(m, prefix, Construction::parse("prefill"), static_cast<int64_t>(prompt.size())))
-            .overall;
-    for (const char* name : {"live_cache", "prefill_cache"}) {
-        const auto it = stored.fingerprints.find(name);
-        if (it == stored.fingerprints.end() || it->second != rebuilt)
-            mismatches.push_back("fingerprint '" + std::string(name) + "' differs");
-    }
-    return mismatches;
-}
-
-}  // namespace
-
-bool auditsAtPrefillSpeed(const ExperimentConfig& config, AuditDepth depth) {
-    if (depth == AuditDepth::PrefillSpeed && !isInvariant(config.kernels))
-        throw UsageError("a prefill-speed audit needs a run made with invariant kernels (this run used " +
-                         kernelsName(config.kernels) + " kernels, where only token by token reproduces bits)");
-    return depth == AuditDepth::PrefillSpeed || (depth == AuditDepth::Auto && isInvariant(config.kernels));
-}
-
-std::vector<std::string> auditItem(const ItemContext& ctx, const DatasetItem& item, const ItemRecord& stored,
-                                   AuditDepth depth) {
-    if (auditsAtPrefillSpeed(ctx.config, depth)) return auditAtPrefillSpeed(ctx, item, stored);
-    ExperimentConfig replayConfig = ctx.config;
-    replayConfig.protocols.erase("audit");
-    ItemContext replayCtx{replayConfig, ctx.tokenizer, ctx.models, "", ctx.dataset, ctx.chat};
-    const ItemRecord again = runItem(replayCtx, item, stored.index);
-    std::vector<std::string> mismatches;
-    for (const auto& [name, ids] : stored.trajectories) {
-        auto it = again.trajectories.find(name);
-        if (it == again.trajectories.end()) {
-            mismatches.push_back("trajectory '" + name + "' was not produced by the replay");
-            continue;
-        }
-        const int64_t at = firstDivergence(ids, it->second);
-        if (at >= 0) mismatches.push_back("trajectory '" + name + "' differs at token " + std::to_string(at));
-    }
-    for (const auto& [name, value] : stored.fingerprints) {
-        auto it = again.fingerprints.find(name);
-        if (it == again.fingerprints.end() || it->second != value)
-            mismatches.push_back("fingerprint '" + name + "' differs");
-    }
-    return mismatches;
 }
 
 }  // namespace kvscope::experiments

@@ -91,6 +91,12 @@ std::vector<int64_t> promptIdsFor(const ItemContext& ctx, const DatasetItem& ite
 
 // Index of the first position where two continuations differ (a length difference counts); -1 if equal.
 int64_t firstDivergence(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
+// Where the trace's stage boundary falls (number of generated tokens in the prefix), or 0 if the
+// trace never reaches it or nothing would be left to continue.
+int64_t boundaryIndex(const ItemContext& ctx, const std::vector<int64_t>& trace);
+// New tokens a continuation from a boundary after `boundary` generated tokens may decode: the trace's
+// budget less what it had spent there, at least one.
+int64_t continuationBudget(const ExperimentConfig& c, int64_t boundary);
 // The run's stop rules for a continuation of at most `budget` new tokens.
 StopRules stopRules(const ItemContext& ctx, const Transformer& model, int64_t budget);
 
