@@ -13,12 +13,6 @@ namespace kvscope::experiments {
 
 namespace {
 
-// `context` followed by `ids`: what a teacher-forced forward over a stored continuation reads.
-std::vector<int64_t> concat(std::vector<int64_t> context, const std::vector<int64_t>& ids) {
-    context.insert(context.end(), ids.begin(), ids.end());
-    return context;
-}
-
 // True when a decode that has produced `generated` (after `context` tokens) stops there.
 bool stopsAfter(const ItemContext& ctx, const Transformer& m, const std::vector<int64_t>& generated, int64_t context,
                 int64_t budget) {

@@ -52,6 +52,11 @@ int64_t boundaryIndex(const ItemContext& ctx, const std::vector<int64_t>& trace)
     return (b > 0 && b < n) ? b : 0;
 }
 
+std::vector<int64_t> concat(std::vector<int64_t> a, const std::vector<int64_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
 int64_t continuationBudget(const ExperimentConfig& c, int64_t boundary) {
     return std::max<int64_t>(1, c.maxNewTokens - boundary);
 }
@@ -61,11 +66,6 @@ namespace {
 using nlohmann::json;
 
 // ---- small helpers ------------------------------------------------------------------------------
-
-std::vector<int64_t> concat(std::vector<int64_t> a, const std::vector<int64_t>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-}
 
 struct Side {
     GenerationResult suffix;

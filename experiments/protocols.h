@@ -89,6 +89,8 @@ bool auditsAtPrefillSpeed(const ExperimentConfig& config, AuditDepth depth);
 
 std::vector<int64_t> promptIdsFor(const ItemContext& ctx, const DatasetItem& item);
 
+// `a` followed by `b`: a prompt and the ids after it, as one forward reads them.
+std::vector<int64_t> concat(std::vector<int64_t> a, const std::vector<int64_t>& b);
 // Index of the first position where two continuations differ (a length difference counts); -1 if equal.
 int64_t firstDivergence(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
 // Where the trace's stage boundary falls (number of generated tokens in the prefix), or 0 if the

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "experiments/replay_inspection.h"
 
+#include "core/decode/teacher_forced.h"
 #include "core/util/error.h"
 
 #include <algorithm>
@@ -27,12 +28,12 @@ ReplayLabel parseReplayLabel(const std::string& label) {
     const std::size_t first = label.find('/'), second = label.find('/', first == std::string::npos ? 0 : first + 1);
     if (first == std::string::npos || second == std::string::npos)
         throw UsageError("replay label '" + label + "': expected REFERENCE/KERNELS/PRECISION, e.g. prefill/torch/bf16");
-    const std::string reference = label.substr(0, first);
-    if (reference != "prefill" && reference != "live" && reference.rfind("chunked:", 0) != 0)
-        throw UsageError("replay label '" + label + "': reference '" + reference +
-                         "' is none of prefill, live, chunked:N");
-    return {reference, parseKernels(label.substr(first + 1, second - first - 1)),
-            parsePrecision(label.substr(second + 1))};
+    try {  // the parsers `kvscope replay` reads its options with, so a label means what its options did
+        return {ForcedReference::parse(label.substr(0, first)).name(),
+                parseKernels(label.substr(first + 1, second - first - 1)), parsePrecision(label.substr(second + 1))};
+    } catch (const UsageError& e) {
+        throw UsageError("replay label '" + label + "': " + e.what());
+    }
 }
 
 std::string DeltaBasis::name() const { return label + " vs " + (against.empty() ? std::string("engine") : against); }

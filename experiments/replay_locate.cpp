@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "experiments/replay_locate.h"
 
+#include "experiments/protocols.h"
+
 #include "core/cache/constructions.h"
 #include "core/decode/teacher_forced.h"
 #include "core/util/error.h"
@@ -27,8 +29,7 @@ LocatorReport locateReplayStep(const Transformer& model, const ItemRecord& item,
     if (step < 0 || step >= static_cast<int64_t>(output.size()))
         throw UsageError("item '" + item.itemId + "': step " + std::to_string(step) + " is outside its " +
                          std::to_string(output.size()) + " output tokens");
-    std::vector<int64_t> ids = prompt;
-    ids.insert(ids.end(), output.begin(), output.begin() + step);
+    const std::vector<int64_t> ids = concat(prompt, {output.begin(), output.begin() + step});
     const auto P = static_cast<int64_t>(prompt.size());
     return locateDivergence(model, ids, P, constructionOf(ForcedReference::parse(a), P),
                             constructionOf(ForcedReference::parse(b), P));
@@ -45,11 +46,7 @@ LocatedStep locateReplayStep(const StepLocateRequest& request) {
         if (r.itemId == request.itemId) item = std::move(r);
     if (!item) throw UsageError(replay.ledgerPath + ": run " + replay.runId + " has no item '" + request.itemId + "'");
     const auto [a, b] = referencesToLocate({replay.label(), request.against});
-    Numerics numerics;
-    numerics.kernels = replay.kernels;
-    numerics.mixed = replay.precision.mixed;
-    const Transformer model = Transformer::load(replayModelPath(replay, run.manifest),
-                                                parseDtype(replay.precision.dtype), torch::kCPU, nullptr, numerics);
+    const Transformer model = loadReplayModel(importedModelPath(run, replay.modelPath), replay);
     return {request.itemId, a, b, request.step, locateReplayStep(model, *item, request.step, a, b)};
 }
 

@@ -19,7 +19,7 @@ LocatorReport locateReplayStep(const Transformer& model, const ItemRecord& item,
                                const std::string& b);
 
 // `kvscope replay --locate ITEM:STEP`: the same for an item of an imported run, on the model the
-// replay request names (its kernels and precision; replayModelPath), between the references
+// replay request names (its kernels and precision; importedModelPath checks it), between the references
 // referencesToLocate names for {replay.label(), against}. UsageError for a study's run or an item
 // the run lacks.
 struct StepLocateRequest {

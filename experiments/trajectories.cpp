@@ -335,15 +335,22 @@ void summaryRow(std::ostringstream& out, const std::string& what, const json& s)
 
 }  // namespace
 
-std::string replayModelPath(const ReplayRequest& request, const json& manifest) {
-    const std::string model = request.modelPath.empty() ? manifest.at("paths").value("model", "") : request.modelPath;
-    const json imported = manifest.at("identity").at("files");
+std::string importedModelPath(const RunInfo& run, const std::string& movedTo) {
+    const std::string model = movedTo.empty() ? run.manifest.at("paths").value("model", "") : movedTo;
+    const json imported = run.manifest.at("identity").at("files");
     const json now = modelFileHashes(model);
     for (auto it = imported.begin(); it != imported.end(); ++it)
         if (it.key().rfind("model/", 0) == 0 && (!now.contains(it.key()) || now[it.key()] != it.value()))
-            throw ConfigError(model + ": not the model run " + request.runId + " was imported with (" + it.key() +
+            throw ConfigError(model + ": not the model run " + run.runId + " was imported with (" + it.key() +
                               (now.contains(it.key()) ? " differs)" : " is missing)"));
     return model;
+}
+
+Transformer loadReplayModel(const std::string& modelPath, const ReplayRequest& request) {
+    Numerics numerics;
+    numerics.kernels = request.kernels;
+    numerics.mixed = request.precision.mixed;
+    return Transformer::load(modelPath, parseDtype(request.precision.dtype), torch::kCPU, nullptr, numerics);
 }
 
 const std::vector<int64_t>& storedTrajectory(const ItemRecord& item, const std::string& name,
@@ -406,7 +413,7 @@ std::string replayRun(const ReplayRequest& request, const std::function<bool(con
     if (!isImportedRun(run.manifest))
         throw UsageError(request.ledgerPath + ": run " + request.runId +
                          " is a study, not imported trajectories (kvscope import makes those)");
-    const std::string model = replayModelPath(request, run.manifest);
+    const std::string model = importedModelPath(run, request.modelPath);
     const std::string label = request.label();
     const std::set<std::string> done = ledger.itemsWithResult(request.runId, replayProtocol(label));
     std::vector<ItemRecord> todo;
@@ -414,11 +421,7 @@ std::string replayRun(const ReplayRequest& request, const std::function<bool(con
         if (!done.count(item.itemId)) todo.push_back(std::move(item));
     if (todo.empty()) return label;
 
-    Numerics numerics;
-    numerics.kernels = request.kernels;
-    numerics.mixed = request.precision.mixed;
-    const Transformer transformer =
-        Transformer::load(model, parseDtype(request.precision.dtype), torch::kCPU, nullptr, numerics);
+    const Transformer transformer = loadReplayModel(model, request);
     ReplayProgress progress;
     progress.total = static_cast<int64_t>(todo.size());
     for (const ItemRecord& item : todo) {

@@ -62,9 +62,12 @@ struct ReplayProgress {
     int64_t done = 0, total = 0;
     std::string itemId;
 };
-// The model a replay of run `request.runId` (whose manifest is `manifest`) loads: request.modelPath,
-// else where the import found it; ConfigError unless its files are the ones the run was imported with.
-std::string replayModelPath(const ReplayRequest& request, const nlohmann::json& manifest);
+// The model an imported run's replays load (the replay, its step locator, the GUI): `movedTo` where
+// given, else where the import found it; ConfigError unless its files are the ones the run was
+// imported with.
+std::string importedModelPath(const RunInfo& run, const std::string& movedTo = {});
+// That model in the request's precision and with its kernels.
+Transformer loadReplayModel(const std::string& modelPath, const ReplayRequest& request);
 // `kvscope replay`: every imported trajectory of the run not yet replayed under this label scored
 // token by token (scoreContinuation) and stored in its own transaction (an interrupted replay
 // resumes). `onItem` after each; returning false stops after that item. Returns the label.

@@ -319,11 +319,12 @@ void ModelWorker::locateReplayStep(quint64 job, const experiments::RunInfo& run,
     });
 }
 
-// The imported run's model folder or GGUF file, for its tokenizer and (when a step is located) its models.
+// The imported run's model folder or GGUF file, for its tokenizer and (when a step is located) its
+// models: the one the run was imported with, checked as `kvscope replay` checks it (once a run).
 void ModelWorker::useImportedRun(const experiments::RunInfo& run) {
-    const std::string model = experiments::describeRun(run.manifest).modelPath;
-    if (model.empty()) throw UsageError("run " + run.runId + ": its manifest names no model");
-    state_->useConfig(sessionConfig(model, "bf16"), "imported:" + run.runId, false);
+    const std::string key = "imported:" + run.runId;
+    if (state_->contextKey == key) return;
+    state_->useConfig(sessionConfig(experiments::importedModelPath(run), "bf16"), key, false);
 }
 
 void ModelWorker::decodeSession(quint64 job, const QString& promptText, const QString& promptIds, int maxNewTokens) {
