@@ -23,6 +23,9 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include <QAbstractItemModelTester>
 #include <QComboBox>
 #include <QSettings>
@@ -243,6 +246,22 @@ TEST_F(ImportedRunTest, OpensLikeAnyOtherRunAndLocatesAClickedStep) {
                 << text.toStdString();
         }
     }
+}
+
+// The GUI reads an imported run's tokens and locates its steps only on the model it was imported
+// with, checked as `kvscope replay` checks it: a model changed since is refused by name.
+TEST_F(ImportedRunTest, AModelChangedSinceTheImportIsRefused) {
+    const std::string model = dir_.file("model");
+    std::filesystem::copy(ledgerFixture().model, model, std::filesystem::copy_options::recursive);
+    const std::string path = dir_.file("moved.db");
+    importedLedger(path, 1, model);
+    { std::ofstream(model + "/model.safetensors", std::ios::app) << ' '; }  // other bytes, same place
+    MainWindow window;
+    window.show();
+    ASSERT_TRUE(window.openLedger(QString::fromStdString(path)));
+    ASSERT_TRUE(window.selectItem(QString::fromStdString(ledgerFixture().items.front().itemId)));
+    ASSERT_TRUE(waitFor([&] { return !window.lastError().isEmpty(); }));
+    EXPECT_NE(window.lastError().indexOf(QStringLiteral("not the model run")), -1) << window.lastError().toStdString();
 }
 
 TEST_F(ImportedRunTest, TheBatchProtocolsItemsShowEachSizesContinuationBesideAlone) {

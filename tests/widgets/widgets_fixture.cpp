@@ -48,7 +48,7 @@ const LedgerFixture& ledgerFixture() {
     return f;
 }
 
-std::string importedLedger(const std::string& path, int count) {
+std::string importedLedger(const std::string& path, int count, const std::string& model) {
     const LedgerFixture& f = ledgerFixture();
     std::string lines;
     for (int k = 0; k < count; ++k) {
@@ -65,7 +65,8 @@ std::string importedLedger(const std::string& path, int count) {
     }
     const std::string file = path + ".jsonl";
     test::writeTextFile(file, lines);
-    const experiments::ImportSummary imported = experiments::importTrajectories({file, path, f.model, "imported"});
+    const experiments::ImportSummary imported =
+        experiments::importTrajectories({file, path, model.empty() ? f.model : model, "imported"});
     for (const auto& [reference, kernels] : {std::pair{"prefill", Kernels::Torch}, {"live", Kernels::Invariant}}) {
         experiments::ReplayRequest r;
         r.ledgerPath = path;

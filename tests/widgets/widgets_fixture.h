@@ -30,8 +30,9 @@ const LedgerFixture& ledgerFixture();  // made once per process
 
 // The fixture's first `count` items as another engine's trajectories (prompt, the first 12 trace
 // tokens, a made-up engine logprob of -0.25 each, batch sizes 1 and 8 in turn) imported into a new
-// ledger at `path` and replayed as prefill/torch/bf16 and live/invariant/bf16. Returns the run id.
-std::string importedLedger(const std::string& path, int count = 4);
+// ledger at `path` and replayed as prefill/torch/bf16 and live/invariant/bf16, on `model` (empty:
+// the fixture's). Returns the run id.
+std::string importedLedger(const std::string& path, int count = 4, const std::string& model = {});
 // A run of the batch protocol (sizes 1 and 2) and matched over the fixture model's first 2 items,
 // 16 new tokens, in a new ledger at `path`.
 void batchLedger(const std::string& dir, const std::string& path);
