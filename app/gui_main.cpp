@@ -69,11 +69,11 @@ QString defaultItem(const kvscope::widgets::ItemTableModel& items) {
 QString defaultTrajectory(const kvscope::widgets::TrajectoryTableModel& trajectories) {
     QString best;
     double largest = -1;
-    for (const auto& record : trajectories.items()) {
-        const double max = kvscope::experiments::itemMismatch(record, trajectories.basis()).maxAbsDelta.value_or(0.0);
+    for (int row = 0; row < trajectories.rowCount(); ++row) {
+        const double max = trajectories.mismatch(row).maxAbsDelta.value_or(0.0);  // the table's, on its basis
         if (max > largest) {
             largest = max;
-            best = QString::fromStdString(record.itemId);
+            best = QString::fromStdString(trajectories.record(row).itemId);
         }
     }
     return best;

@@ -36,6 +36,7 @@ public:
     const std::vector<experiments::ItemRecord>& items() const { return items_; }
     const experiments::ItemRecord& record(int row) const { return items_.at(static_cast<std::size_t>(row)); }
     const experiments::DeltaBasis& basis() const { return basis_; }
+    const experiments::ItemMismatch& mismatch(int row) const { return mismatches_.at(static_cast<std::size_t>(row)); }
     int rowOfItem(const QString& itemId) const;  // -1 when absent
 
     int rowCount(const QModelIndex& parent = {}) const override;
