@@ -138,11 +138,10 @@ void addTransplant(CLI::App* cache) {
         const int64_t n = recipient.numLayers();
         KvSplice splice;
         if (*layers) {
-            TransplantSpec spec;
-            spec.parseKv(o->kv);
+            const KvParts parts = parseKvParts(o->kv);
             const auto chosen = TransplantSpec::parseLayers(o->layers, n);
-            if (spec.keys) splice.keyLayers = chosen;
-            if (spec.values) splice.valueLayers = chosen;
+            if (movesKeys(parts)) splice.keyLayers = chosen;
+            if (movesValues(parts)) splice.valueLayers = chosen;
         } else {
             if (*keyLayers) splice.keyLayers = TransplantSpec::parseLayers(o->keyLayers, n, "--key-layers");
             if (*valueLayers) splice.valueLayers = TransplantSpec::parseLayers(o->valueLayers, n, "--value-layers");

@@ -99,7 +99,7 @@ std::vector<std::string> auditItem(const ItemContext& ctx, const DatasetItem& it
                                    AuditDepth depth) {
     if (auditsAtPrefillSpeed(ctx.config, depth)) return auditAtPrefillSpeed(ctx, item, stored);
     ExperimentConfig replayConfig = ctx.config;
-    replayConfig.protocols.erase("audit");
+    replayConfig.protocols.erase(Protocol::Audit);
     ItemContext replayCtx{replayConfig, ctx.tokenizer, ctx.models, "", ctx.dataset, ctx.chat};
     const ItemRecord again = runItem(replayCtx, item, stored.index);
     std::vector<std::string> mismatches;

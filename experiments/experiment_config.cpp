@@ -38,19 +38,34 @@ std::string choiceName(TransplantSelection selection) {
 
 std::string choiceName(ChatTemplate chatTemplate) { return chatTemplateName(chatTemplate); }
 
-const std::vector<std::string>& allProtocols() {
-    static const std::vector<std::string> names = {"matched", "fixed_prefix_2x2", "bridge",
-                                                   "audit",   "transplant",       "localize"};
-    return names;
+std::string choiceName(KvParts parts) { return kvPartsName(parts); }
+
+std::string choiceName(Protocol protocol) {
+    switch (protocol) {
+    case Protocol::Matched: return "matched";
+    case Protocol::FixedPrefix2x2: return "fixed_prefix_2x2";
+    case Protocol::Bridge: return "bridge";
+    case Protocol::Audit: return "audit";
+    case Protocol::Transplant: return "transplant";
+    case Protocol::Localize: return "localize";
+    case Protocol::Batch: return "batch";
+    }
+    return "?";
 }
 
-const std::vector<std::string>& knownProtocols() {
-    static const std::vector<std::string> names = [] {
-        std::vector<std::string> all = allProtocols();
-        all.emplace_back("batch");
+const std::vector<Protocol>& allProtocols() {
+    static const std::vector<Protocol> all = {Protocol::Matched, Protocol::FixedPrefix2x2, Protocol::Bridge,
+                                              Protocol::Audit,   Protocol::Transplant,     Protocol::Localize};
+    return all;
+}
+
+const std::vector<Protocol>& knownProtocols() {
+    static const std::vector<Protocol> known = [] {
+        std::vector<Protocol> all = allProtocols();
+        all.push_back(Protocol::Batch);
         return all;
     }();
-    return names;
+    return known;
 }
 
 namespace {
@@ -131,13 +146,18 @@ void requireOneOf(const std::string& file, const std::string& key, const std::st
 // The choice `value` names, of `all`; ConfigError as requireOneOf's otherwise.
 template <typename Choice>
 Choice readChoice(const std::string& file, const std::string& key, const std::string& value,
-                  std::initializer_list<Choice> all) {
+                  const std::vector<Choice>& all) {
     std::set<std::string> names;
     for (const Choice c : all) names.insert(choiceName(c));
     requireOneOf(file, key, value, names);
     for (const Choice c : all)
         if (choiceName(c) == value) return c;
-    return *all.begin();  // not reached: requireOneOf threw
+    return all.front();  // not reached: requireOneOf threw
+}
+template <typename Choice>
+Choice readChoice(const std::string& file, const std::string& key, const std::string& value,
+                  std::initializer_list<Choice> all) {
+    return readChoice(file, key, value, std::vector<Choice>(all));
 }
 
 // An absolute path for `key`'s value, relative to the experiment file's folder. A name the file
@@ -301,7 +321,8 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
     }
 
     Table protocols(root["protocols"].as_table(), "protocols.", path);
-    std::vector<std::string> run(allProtocols());
+    std::vector<std::string> run;
+    for (Protocol p : allProtocols()) run.push_back(choiceName(p));
     protocols.readArray("run", run);
     protocols.readArray("precisions", c.precisions);
     protocols.rejectUnknown();
@@ -319,14 +340,12 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
             protocols.fail("precisions", "names '" + name + "' twice");
     }
     c.protocols.clear();
-    for (const auto& p : run) {
-        requireOneOf(path, "protocols.run", p, {knownProtocols().begin(), knownProtocols().end()});
-        c.protocols.insert(p);
-    }
+    for (const auto& name : run) c.protocols.insert(readChoice(path, "protocols.run", name, knownProtocols()));
 
     Table transplant(root["transplant"].as_table(), "transplant.", path);
     transplant.read("layers", c.transplantLayers);
-    transplant.read("kv", c.transplantKv);
+    std::string parts = kvPartsName(c.transplantParts);
+    transplant.read("kv", parts);
     std::string selection = choiceName(c.transplantSelection);
     transplant.read("selection", selection);
     transplant.read("sample_fraction", c.transplantSampleFraction);
@@ -334,7 +353,7 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
     transplant.read("seed", tseed);
     c.transplantSeed = static_cast<std::uint64_t>(tseed);
     transplant.rejectUnknown();
-    requireOneOf(path, "transplant.kv", c.transplantKv, {"k", "v", "kv"});
+    c.transplantParts = readChoice(path, "transplant.kv", parts, {KvParts::Keys, KvParts::Values, KvParts::Both});
     c.transplantSelection =
         readChoice(path, "transplant.selection", selection, {TransplantSelection::All, TransplantSelection::Sample});
     readBatchSection(root["batch"].as_table(), path, c);
@@ -414,6 +433,13 @@ void ExperimentConfig::generateModelIfMissing() const {
     syncParentFolder(target.string());
 }
 
+std::vector<std::string> ExperimentConfig::protocolNames() const {
+    std::vector<std::string> names;
+    for (Protocol p : protocols) names.push_back(choiceName(p));
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
 nlohmann::json ExperimentConfig::toJson() const {
     nlohmann::json j = {{"name", name},
                         {"source", sourcePath},
@@ -438,16 +464,16 @@ nlohmann::json ExperimentConfig::toJson() const {
                           {"offset", boundaryOffset},
                           {"fraction", boundaryFraction}}},
                         {"answer", {{"extract", choiceName(answerExtract)}, {"regex", answerRegex}}},
-                        {"protocols", std::vector<std::string>(protocols.begin(), protocols.end())},
+                        {"protocols", protocolNames()},
                         {"transplant",
                          {{"layers", transplantLayers},
-                          {"kv", transplantKv},
+                          {"kv", kvPartsName(transplantParts)},
                           {"selection", choiceName(transplantSelection)},
                           {"sample_fraction", transplantSampleFraction},
                           {"seed", transplantSeed}}}};
     if (!modelCatalog.empty()) j["model"]["catalog"] = modelCatalog;  // only then: older runs keep their ids
     if (precisions != std::vector<std::string>{"bf16", "fp32"}) j["precisions"] = precisions;  // likewise
-    if (runs("batch")) j["batch"] = {{"sizes", batchSizes}, {"padding", batchPadding}};
+    if (runs(Protocol::Batch)) j["batch"] = {{"sizes", batchSizes}, {"padding", batchPadding}};
     return j;
 }
 

@@ -19,6 +19,7 @@
 //   [batch]      sizes = [1, 2, 8], padding = "left"
 #include "experiments/dataset.h"
 
+#include "core/cache/kv_parts.h"
 #include "core/decode/sampler.h"
 #include "core/model/numerics.h"
 #include "core/text/chat_template.h"
@@ -34,9 +35,15 @@ namespace kvscope::experiments {
 // The closed choices of an experiment file, with their spelling there and in manifests.
 enum class BoundaryRule { Marker, Offset, Fraction };
 enum class TransplantSelection { All, Sample };  // Sample: an outcome-blind seeded fraction of items
+// What an item runs ([protocols] run); protocols.h says what each one does.
+enum class Protocol { Matched, FixedPrefix2x2, Bridge, Audit, Transplant, Localize, Batch };
 std::string choiceName(BoundaryRule rule);  // "marker" | "offset" | "fraction"
 std::string choiceName(TransplantSelection selection);  // "all" | "sample"
+// "matched" | "fixed_prefix_2x2" | "bridge" | "audit" | "transplant" | "localize" | "batch"; also the
+// names of their results in ledgers and reports
+std::string choiceName(Protocol protocol);
 std::string choiceName(ChatTemplate chatTemplate);  // "auto" | "plain" | "chatml" | "llama3", as core spells them
+std::string choiceName(KvParts parts);  // "k" | "v" | "kv", as core spells them
 
 struct ExperimentConfig {
     std::string name;
@@ -61,14 +68,14 @@ struct ExperimentConfig {
     double boundaryFraction = 0.5;
     AnswerExtraction answerExtract = AnswerExtraction::LastNumber;
     std::string answerRegex;
-    std::set<std::string> protocols;
+    std::set<Protocol> protocols;
     // fixed_prefix_2x2's precisions (parsePrecision names): the study's bf16 x fp32 unless told.
     std::vector<std::string> precisions = {"bf16", "fp32"};
     // The batch protocol's batch sizes (sorted, 1 among them: the item alone) and padding side.
     std::vector<int64_t> batchSizes = {1, 2, 8};
     std::string batchPadding = "left";
     std::string transplantLayers = "all";
-    std::string transplantKv = "kv";
+    KvParts transplantParts = KvParts::Both;
     TransplantSelection transplantSelection = TransplantSelection::All;
     double transplantSampleFraction = 1.0;
     std::uint64_t transplantSeed = 0;
@@ -76,7 +83,9 @@ struct ExperimentConfig {
     static ExperimentConfig load(const std::string& path);  // throws ConfigError naming file and key
     // Writes the [model.generate] test model into modelDir unless it already holds one.
     void generateModelIfMissing() const;
-    bool runs(const std::string& protocol) const { return protocols.count(protocol) != 0; }
+    bool runs(Protocol protocol) const { return protocols.count(protocol) != 0; }
+    // The protocols' names in alphabetical order, as manifests list them (a run's id hashes them).
+    std::vector<std::string> protocolNames() const;
     Numerics numerics() const {
         Numerics n;
         n.kernels = kernels;
@@ -85,7 +94,7 @@ struct ExperimentConfig {
     nlohmann::json toJson() const;  // the resolved configuration, for the manifest
 };
 
-const std::vector<std::string>& allProtocols();  // the default `run`: the study's protocols
-const std::vector<std::string>& knownProtocols();  // those and the ones run only when named ("batch")
+const std::vector<Protocol>& allProtocols();  // the default `run`: the study's protocols
+const std::vector<Protocol>& knownProtocols();  // those and the ones run only when named (batch)
 
 }  // namespace kvscope::experiments

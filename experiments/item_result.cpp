@@ -25,6 +25,12 @@ public:
     bool boolean(const char* key) const { return is(key, &json::is_boolean, "a boolean").get<bool>(); }
     int64_t integer(const char* key) const { return is(key, &json::is_number_integer, "an integer").get<int64_t>(); }
     std::string text(const char* key) const { return is(key, &json::is_string, "a string").get<std::string>(); }
+    KvParts kvParts(const char* key) const {
+        const std::string name = text(key);
+        for (KvParts parts : {KvParts::Keys, KvParts::Values, KvParts::Both})
+            if (name == kvPartsName(parts)) return parts;
+        fail(std::string("field '") + key + "' must be k, v or kv (got '" + name + "')");
+    }
     std::optional<int64_t> nullableInteger(const char* key) const {
         const json& v =
             is(key, [](const json& j) { return j.is_null() || j.is_number_integer(); }, "null or an integer");
@@ -140,14 +146,14 @@ json verdictJson(const TransplantVerdict& v) {
 
 json transplantJson(const TransplantResult& t) {
     return {{"layers", t.layers},
-            {"kv", t.kv},
+            {"kv", kvPartsName(t.parts)},
             {"prefill_from_live", verdictJson(t.prefillFromLive)},
             {"live_from_prefill", verdictJson(t.liveFromPrefill)}};
 }
 
 json localizeJson(const LocalizeResult& l) {
     if (!l.found) return {{"found", false}, {"tests", l.tests}};
-    return {{"found", true}, {"layers", l.layers}, {"kv", l.kv}, {"tests", l.tests}};
+    return {{"found", true}, {"layers", l.layers}, {"kv", kvPartsName(l.parts)}, {"tests", l.tests}};
 }
 
 json engineJson(const EngineRecord& e) {
@@ -223,7 +229,7 @@ LocalizeResult readLocalize(const Fields& f) {
     LocalizeResult l;
     l.found = f.boolean("found");
     l.tests = f.integer("tests");
-    if (l.found) l.layers = f.integers("layers"), l.kv = f.text("kv");
+    if (l.found) l.layers = f.integers("layers"), l.parts = f.kvParts("kv");
     return l;
 }
 
@@ -345,7 +351,7 @@ void readProtocolResult(ItemResults& r, const std::string& protocol, const json&
     else if (protocol == "bridge")
         r.bridge = readBridge(f);
     else if (protocol == "transplant")
-        r.transplant = TransplantResult{f.text("layers"), f.text("kv"), readVerdict(f.object("prefill_from_live")),
+        r.transplant = TransplantResult{f.text("layers"), f.kvParts("kv"), readVerdict(f.object("prefill_from_live")),
                                         readVerdict(f.object("live_from_prefill"))};
     else if (protocol == "localize")
         r.localize = readLocalize(f);

@@ -5,6 +5,7 @@
 // GUI read fields, never JSON paths. The JSON form (toJson) is the ledger's schema: its keys are
 // fixed by schema version 1 and by the comparison fingerprint every stored item carries, so a value
 // read from a ledger and written again gives the same bytes (tests/experiments pins both).
+#include "core/cache/kv_parts.h"
 #include "core/decode/stop_reason.h"
 
 #include <nlohmann/json.hpp>
@@ -68,14 +69,15 @@ struct TransplantVerdict {
     bool followsDonor = false, followsRecipient = false;
 };
 struct TransplantResult {
-    std::string layers, kv;  // the run's [transplant] choice, as written there
+    std::string layers;  // the run's [transplant] layers, as written there
+    KvParts parts = KvParts::Both;
     TransplantVerdict prefillFromLive, liveFromPrefill;
 };
 
 struct LocalizeResult {
     bool found = false;
     std::vector<int64_t> layers;  // the smallest sufficient contiguous range, when found
-    std::string kv;               // "k" | "v" | "kv", when found
+    KvParts parts = KvParts::Both;  // which of the range's tensors suffice, when found
     int64_t tests = 0;            // transplants tried
 };
 

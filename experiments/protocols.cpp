@@ -266,12 +266,12 @@ TransplantResult runTransplant(const ItemContext& ctx, const Prefix& p, const Kv
     const Transformer& m = ctx.model(ctx.config.dtypes.front());
     TransplantSpec spec;
     spec.layers = TransplantSpec::parseLayers(ctx.config.transplantLayers, live.numLayers());
-    spec.parseKv(ctx.config.transplantKv);
+    spec.parts = ctx.config.transplantParts;
     const std::vector<const std::vector<int64_t>*> both{&liveSide.suffix.ids, &prefillSide.suffix.ids};
     const auto intoPrefill = continueUntilItLeaves(ctx, m, transplant(prefill, live, spec), p.budget, both).ids;
     const auto intoLive = continueUntilItLeaves(ctx, m, transplant(live, prefill, spec), p.budget, both).ids;
     auto verdict = [](const TransplantOutcome& o) { return TransplantVerdict{o.followsDonor, o.followsRecipient}; };
-    return {ctx.config.transplantLayers, ctx.config.transplantKv,
+    return {ctx.config.transplantLayers, ctx.config.transplantParts,
             verdict(judgeTransplant(intoPrefill, liveSide.suffix.ids, prefillSide.suffix.ids)),
             verdict(judgeTransplant(intoLive, prefillSide.suffix.ids, liveSide.suffix.ids))};
 }
@@ -284,21 +284,21 @@ LocalizeResult runLocalize(const ItemContext& ctx, const Prefix& p, const KvCach
                            const Side& liveSide, std::optional<bool> allLayersFollow) {
     const Transformer& m = ctx.model(ctx.config.dtypes.front());
     int tests = 0;
-    auto follows = [&](int64_t lo, int64_t hi, const char* kv) {
+    auto follows = [&](int64_t lo, int64_t hi, KvParts parts) {
         ++tests;
         TransplantSpec spec;
         for (int64_t l = lo; l < hi; ++l) spec.layers.push_back(l);
-        spec.parseKv(kv);
+        spec.parts = parts;
         return continueUntilItLeaves(ctx, m, transplant(prefill, live, spec), p.budget, {&liveSide.suffix.ids}).ids ==
                liveSide.suffix.ids;
     };
     const int64_t L = live.numLayers();
-    const bool all = allLayersFollow ? (++tests, *allLayersFollow) : follows(0, L, "kv");
-    if (!all) return LocalizeResult{false, {}, "", tests};
+    const bool all = allLayersFollow ? (++tests, *allLayersFollow) : follows(0, L, KvParts::Both);
+    if (!all) return LocalizeResult{false, {}, KvParts::Both, tests};
     int64_t lo = 0, hi = L;
     for (int64_t a = 1, b = L; a < b;) {  // smallest hi with [0, hi) sufficient
         const int64_t mid = (a + b) / 2;
-        if (follows(0, mid, "kv"))
+        if (follows(0, mid, KvParts::Both))
             b = mid;
         else
             a = mid + 1;
@@ -306,20 +306,20 @@ LocalizeResult runLocalize(const ItemContext& ctx, const Prefix& p, const KvCach
     }
     for (int64_t a = 0, b = hi - 1; a < b;) {  // largest lo with [lo, hi) sufficient
         const int64_t mid = (a + b + 1) / 2;
-        if (follows(mid, hi, "kv"))
+        if (follows(mid, hi, KvParts::Both))
             a = mid;
         else
             b = mid - 1;
         lo = a;
     }
-    std::string kv = "kv";
-    if (follows(lo, hi, "k"))
-        kv = "k";
-    else if (follows(lo, hi, "v"))
-        kv = "v";
+    KvParts parts = KvParts::Both;
+    if (follows(lo, hi, KvParts::Keys))
+        parts = KvParts::Keys;
+    else if (follows(lo, hi, KvParts::Values))
+        parts = KvParts::Values;
     std::vector<int64_t> layers;
     for (int64_t l = lo; l < hi; ++l) layers.push_back(l);
-    return LocalizeResult{true, layers, kv, tests};
+    return LocalizeResult{true, layers, parts, tests};
 }
 
 }  // namespace
@@ -446,7 +446,7 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
                                     p.boundary ? std::optional<int64_t>(p.boundary) : std::nullopt};
     rec.tokens = static_cast<int64_t>(p.trace.size());
     // The batch protocol needs the prompt only, not a boundary.
-    if (c.runs("batch")) {
+    if (c.runs(Protocol::Batch)) {
         BatchRun batch = timed(rec, "batch", [&] { return runBatch(ctx, index, p.prompt); });
         rec.results.batch = std::move(batch.result);
         rec.trajectories.merge(batch.continuations);
@@ -475,28 +475,30 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
     rec.tokens += static_cast<int64_t>(liveSide.suffix.ids.size() + prefillSide.suffix.ids.size() + p.boundary);
     const bool divergent = liveSide.suffix.ids != prefillSide.suffix.ids;
 
-    const bool auditByReplay = c.runs("audit") && !auditsAtPrefillSpeed(c, AuditDepth::Auto);
+    const bool auditByReplay = c.runs(Protocol::Audit) && !auditsAtPrefillSpeed(c, AuditDepth::Auto);
     std::optional<Replay> again;
-    if (c.runs("matched") || auditByReplay) again = timed(rec, "replay", [&] { return replayItem(ctx, p); });
-    if (c.runs("matched")) rec.results.matched = runMatched(*again, liveSide, prefillSide);
+    if (c.runs(Protocol::Matched) || auditByReplay) again = timed(rec, "replay", [&] { return replayItem(ctx, p); });
+    if (c.runs(Protocol::Matched)) rec.results.matched = runMatched(*again, liveSide, prefillSide);
     IncrementalCaches incremental;
-    if (c.runs("bridge")) {  // the faithful rebuild: token by token with torch kernels, one forward with invariant ones
+    if (c.runs(
+            Protocol::
+                Bridge)) {  // the faithful rebuild: token by token with torch kernels, one forward with invariant ones
         rec.results.bridge = timed(rec, "bridge", [&] {
             const KvCache& rebuilt = isInvariant(c.kernels) ? prefill : incremental.get(ctx, p, c.dtypes.front());
             return BridgeResult{fingerprintCache(rebuilt).overall == rec.fingerprints["live_cache"],
                                 rebuilt.construction()};
         });
     }
-    if (c.runs("fixed_prefix_2x2"))
+    if (c.runs(Protocol::FixedPrefix2x2))
         rec.results.fixedPrefix2x2 = runFixedPrefix2x2(ctx, p, incremental, prefillSide, rec);
 
-    if (c.runs("transplant") && divergent && selectedForTransplant(c, item.id))
+    if (c.runs(Protocol::Transplant) && divergent && selectedForTransplant(c, item.id))
         rec.results.transplant =
             timed(rec, "transplant", [&] { return runTransplant(ctx, p, live, prefill, liveSide, prefillSide); });
-    if (c.runs("localize") && divergent)
+    if (c.runs(Protocol::Localize) && divergent)
         rec.results.localize = timed(rec, "localize", [&] {
             const std::optional<TransplantResult>& t = rec.results.transplant;
-            const bool sameTest = t && c.transplantLayers == "all" && c.transplantKv == "kv";
+            const bool sameTest = t && c.transplantLayers == "all" && c.transplantParts == KvParts::Both;
             return runLocalize(ctx, p, live, prefill, liveSide,
                                sameTest ? std::optional<bool>(t->prefillFromLive.followsDonor) : std::nullopt);
         });
@@ -514,7 +516,7 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
             rec.results.caches[name] = path;
         }
     }
-    if (c.runs("audit")) {  // the trajectories and caches replayed; `kvscope audit` replays every protocol too
+    if (c.runs(Protocol::Audit)) {  // the trajectories and caches replayed; `kvscope audit` replays every protocol too
         const auto mismatches = auditByReplay ? replayMismatches(*again, rec)
                                               : timed(rec, "audit", [&] { return auditItem(ctx, item, rec); });
         rec.results.audit = AuditResult{mismatches.empty(), mismatches};

@@ -169,7 +169,7 @@ json localizeTable(const std::vector<ItemRecord>& items) {
             continue;
         }
         needed.push_back(l.layers);
-        rows.push_back({{"item", item.itemId}, {"found", true}, {"layers", l.layers}, {"kv", l.kv}});
+        rows.push_back({{"item", item.itemId}, {"found", true}, {"layers", l.layers}, {"kv", kvPartsName(l.parts)}});
     }
     return {{"n", n}, {"layers_needed", needed}, {"items", rows}};
 }

@@ -113,7 +113,7 @@ namespace {
 // hashed, computed or written: transplant layers it has, prompt ids inside its vocabulary.
 void checkAgainstModel(const ExperimentConfig& config, const std::vector<DatasetItem>& items) {
     const ModelConfig model = Checkpoint::open(config.modelDir).config();
-    if (config.protocols.count("transplant")) {
+    if (config.runs(Protocol::Transplant)) {
         try {
             TransplantSpec::parseLayers(config.transplantLayers, model.numLayers, "key 'transplant.layers'");
         } catch (const UsageError& e) {
@@ -223,7 +223,7 @@ AuditSummary auditRun(const Ledger& ledger, const std::string& runId, const Audi
     here["identity"]["environment"] = environmentOf(run.manifest);
     const std::string change = describeManifestChange(run.manifest, here);
     if (!change.empty()) throw UsageError("cannot audit run " + run.runId + ": " + change + " since the run");
-    config.protocols.erase("audit");
+    config.protocols.erase(Protocol::Audit);
     ModelPool models(config.modelDir, config.device, config.numerics());
     const Tokenizer tokenizer = Tokenizer::fromModelDir(config.modelDir);
     const auto dataset = loadDataset(config.datasetPath);

@@ -50,7 +50,7 @@ QVariant localizeText(const experiments::LocalizeResult& l) {
     if (l.layers.empty()) return {};
     const QString range = l.layers.size() == 1 ? QString::number(l.layers.front())
                                                : QStringLiteral("%1-%2").arg(l.layers.front()).arg(l.layers.back());
-    return QStringLiteral("%1 (%2)").arg(range, QString::fromStdString(l.kv));
+    return QStringLiteral("%1 (%2)").arg(range, QString::fromStdString(kvPartsName(l.parts)));
 }
 
 }  // namespace

@@ -262,12 +262,10 @@ void ModelWorker::analyzeLedgerItem(quint64 job, const experiments::RunInfo& run
         ItemContext ctx = state_->context();
         if (item.results.localize && item.results.localize->found) {
             const experiments::LocalizeResult& l = *item.results.localize;
-            TransplantSpec spec;
-            spec.parseKv(l.kv);
             v.hasLocalize = true;
             v.localizeLayers = l.layers;
-            v.localizeKeys = spec.keys;
-            v.localizeValues = spec.values;
+            v.localizeKeys = movesKeys(l.parts);
+            v.localizeValues = movesValues(l.parts);
         }
         state_->boundary = experiments::rebuildStoredBoundary(ctx, item, [this] { return keepGoing(); });
         emit analysisReady(state_->finish(std::move(v)));

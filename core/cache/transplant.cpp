@@ -40,12 +40,6 @@ std::vector<int64_t> TransplantSpec::parseLayers(const std::string& text, int64_
     return {layers.begin(), layers.end()};
 }
 
-void TransplantSpec::parseKv(const std::string& text) {
-    if (text != "k" && text != "v" && text != "kv") throw UsageError("--kv must be k, v or kv (got '" + text + "')");
-    keys = text != "v";
-    values = text != "k";
-}
-
 void TransplantSpec::parsePositions(const std::string& text) {
     const auto colon = text.find(':');
     if (colon == std::string::npos) throw UsageError("--positions must be a:b (got '" + text + "')");
@@ -117,24 +111,22 @@ KvCache splice(const KvCache& recipient, const KvCache& donor, const std::vector
 }  // namespace
 
 std::string TransplantSpec::describe() const {
-    return "transplant(layers=" + layerList(layers) + ",kv=" +
-           (keys && values ? "kv"
-            : keys         ? "k"
-                           : "v") +
+    return "transplant(layers=" + layerList(layers) + ",kv=" + kvPartsName(parts) +
            ",positions=" + positionRange(positionBegin, positionEnd) + ")";
 }
 
 KvCache transplant(const KvCache& recipient, const KvCache& donor, const TransplantSpec& spec) {
     const std::vector<int64_t> none;
-    return splice(recipient, donor, spec.keys ? spec.layers : none, spec.values ? spec.layers : none,
-                  spec.positionBegin, spec.positionEnd, spec.describe());
+    return splice(recipient, donor, movesKeys(spec.parts) ? spec.layers : none,
+                  movesValues(spec.parts) ? spec.layers : none, spec.positionBegin, spec.positionEnd, spec.describe());
 }
 
 std::string KvSplice::describe() const {
     // A splice that TransplantSpec can say (one layer set, k, v or kv) is labelled as it would be.
-    if (keyLayers == valueLayers) return TransplantSpec{keyLayers, true, true, positionBegin, positionEnd}.describe();
-    if (valueLayers.empty()) return TransplantSpec{keyLayers, true, false, positionBegin, positionEnd}.describe();
-    if (keyLayers.empty()) return TransplantSpec{valueLayers, false, true, positionBegin, positionEnd}.describe();
+    if (keyLayers == valueLayers)
+        return TransplantSpec{keyLayers, KvParts::Both, positionBegin, positionEnd}.describe();
+    if (valueLayers.empty()) return TransplantSpec{keyLayers, KvParts::Keys, positionBegin, positionEnd}.describe();
+    if (keyLayers.empty()) return TransplantSpec{valueLayers, KvParts::Values, positionBegin, positionEnd}.describe();
     return "transplant(key_layers=" + layerList(keyLayers) + ",value_layers=" + layerList(valueLayers) +
            ",positions=" + positionRange(positionBegin, positionEnd) + ")";
 }

@@ -3,6 +3,7 @@
 // Splicing caches: a new cache whose chosen layers (K, V or both, optionally only a position range)
 // come from a donor and everything else from the recipient.
 #include "core/cache/kv_cache.h"
+#include "core/cache/kv_parts.h"
 
 #include <string>
 #include <vector>
@@ -11,15 +12,14 @@ namespace kvscope {
 
 struct TransplantSpec {
     std::vector<int64_t> layers;          // empty: none
-    bool keys = true, values = true;
+    KvParts parts = KvParts::Both;
     int64_t positionBegin = 0;            // [begin, end) ; end < 0: to the end
     int64_t positionEnd = -1;
 
     // "all" or "0-11,20" for `numLayers` (a UsageError names `option`, where the text came from);
-    // "k" | "v" | "kv"; "a:b" (either side may be empty).
+    // "a:b" (either side may be empty).
     static std::vector<int64_t> parseLayers(const std::string& text, int64_t numLayers,
                                             const std::string& option = "--layers");
-    void parseKv(const std::string& text);
     void parsePositions(const std::string& text);
     std::string describe() const;         // e.g. "transplant(layers=0-3,kv=k,positions=0:10)"
 };

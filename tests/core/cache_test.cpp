@@ -318,7 +318,7 @@ TEST(Transplant, ChosenLayersKvAndPositionsOnly) {
     const KvCache live = differentEverywhere(donorCache);
     TransplantSpec spec;
     spec.layers = TransplantSpec::parseLayers("1", m.config().numLayers);
-    spec.parseKv("k");
+    spec.parts = parseKvParts("k");
     spec.parsePositions("8:");
     KvCache s = transplant(prefill, live, spec);
     EXPECT_TRUE(
@@ -329,7 +329,15 @@ TEST(Transplant, ChosenLayersKvAndPositionsOnly) {
     EXPECT_FALSE(s.nextLogits().defined());  // a true splice has no logits of its own
     EXPECT_EQ(TransplantSpec::parseLayers("0-1,1", 2), (std::vector<int64_t>{0, 1}));
     EXPECT_THROW(TransplantSpec::parseLayers("0-5", 2), UsageError);
-    EXPECT_THROW(spec.parseKv("q"), UsageError);
+    EXPECT_THROW(parseKvParts("q"), UsageError);
+    try {
+        parseKvParts("kk", "key 'transplant.kv'");
+        ADD_FAILURE() << "kk was taken";
+    } catch (const UsageError& e) {
+        EXPECT_STREQ(e.what(), "key 'transplant.kv' must be k, v or kv (got 'kk')");
+    }
+    for (KvParts parts : {KvParts::Keys, KvParts::Values, KvParts::Both})
+        EXPECT_EQ(parseKvParts(kvPartsName(parts)), parts);
 }
 
 TEST(Transplant, KeysAndValuesFromDifferentLayerSets) {
@@ -349,10 +357,10 @@ TEST(Transplant, KeysAndValuesFromDifferentLayerSets) {
     EXPECT_EQ(s.construction().rfind("transplant(key_layers=0,value_layers=1,positions=4:) of ", 0), 0u)
         << s.construction();
     // The same bits as K alone, then V alone, through TransplantSpec.
-    TransplantSpec keys{{0}, true, false, 4, -1}, values{{1}, false, true, 4, -1};
+    TransplantSpec keys{{0}, KvParts::Keys, 4, -1}, values{{1}, KvParts::Values, 4, -1};
     EXPECT_TRUE(sameBits(s, transplant(transplant(prefill, live, keys), live, values)));
     // One set, or equal sets, are labelled as TransplantSpec labels them; an empty splice is the recipient.
-    EXPECT_EQ((KvSplice{{0, 1}, {0, 1}, 0, -1}.describe()), (TransplantSpec{{0, 1}, true, true, 0, -1}.describe()));
+    EXPECT_EQ((KvSplice{{0, 1}, {0, 1}, 0, -1}.describe()), (TransplantSpec{{0, 1}, KvParts::Both, 0, -1}.describe()));
     EXPECT_EQ((KvSplice{{}, {1}, 0, 8}.describe()), "transplant(layers=1,kv=v,positions=0:8)");
     const KvCache none = transplantKeysAndValues(prefill, live, KvSplice{});
     EXPECT_TRUE(sameBits(none, prefill));

@@ -21,6 +21,7 @@
 #include <ATen/Parallel.h>
 
 #include <filesystem>
+#include <set>
 
 #include <unistd.h>
 
@@ -77,6 +78,36 @@ TEST(ExperimentConfig, ChoicesAreEnumsSpelledInTheManifestAsInTheFile) {
     EXPECT_EQ(defaults["transplant"]["selection"], "all");
     expectError<ConfigError>([&] { ExperimentConfig::load(writeToml(dir, "[answer]\nextract = \"first\"\n")); },
                              "key 'answer.extract' is 'first' (expected one of boxed, last_number, regex)");
+}
+
+// Protocols and the transplant's K/V choice are enums too. The manifest lists the protocols by name in
+// alphabetical order whatever order the file gives (a run's id hashes the list, so it must not move).
+TEST(ExperimentConfig, ProtocolsAndKvPartsAreEnumsInTheManifestAsBefore) {
+    test::TempDir dir;
+    const ExperimentConfig c = ExperimentConfig::load(
+        writeToml(dir, "[protocols]\nrun = [\"transplant\", \"batch\", \"matched\"]\n[transplant]\nkv = \"v\"\n"));
+    EXPECT_EQ(c.protocols, (std::set<Protocol>{Protocol::Matched, Protocol::Transplant, Protocol::Batch}));
+    EXPECT_TRUE(c.runs(Protocol::Batch));
+    EXPECT_FALSE(c.runs(Protocol::Localize));
+    EXPECT_EQ(c.transplantParts, KvParts::Values);
+    const nlohmann::json j = c.toJson();
+    EXPECT_EQ(j["protocols"], (std::vector<std::string>{"batch", "matched", "transplant"}));
+    EXPECT_EQ(j["transplant"]["kv"], "v");
+    const nlohmann::json defaults = ExperimentConfig::load(writeToml(dir, "")).toJson();
+    EXPECT_EQ(defaults["protocols"],
+              (std::vector<std::string>{"audit", "bridge", "fixed_prefix_2x2", "localize", "matched", "transplant"}));
+    EXPECT_EQ(defaults["transplant"]["kv"], "kv");
+    for (Protocol p : knownProtocols()) {
+        const ExperimentConfig one =
+            ExperimentConfig::load(writeToml(dir, "[protocols]\nrun = [\"" + choiceName(p) + "\"]\n"));
+        EXPECT_EQ(one.protocols, std::set<Protocol>{p}) << choiceName(p);
+    }
+    expectError<ConfigError>([&] { ExperimentConfig::load(writeToml(dir, "[transplant]\nkv = \"q\"\n")); },
+                             "key 'transplant.kv' is 'q' (expected one of k, kv, v)");
+    expectError<ConfigError>(
+        [&] { ExperimentConfig::load(writeToml(dir, "[protocols]\nrun = [\"batches\"]\n")); },
+        "key 'protocols.run' is 'batches' (expected one of audit, batch, bridge, fixed_prefix_2x2, localize, "
+        "matched, transplant)");
 }
 
 TEST(ExperimentConfig, UnknownKeysAndBadValuesAreErrors) {
@@ -252,8 +283,8 @@ ItemRecord sampleItem(const std::string& id, int64_t index, bool divergent) {
         FixedPrefixResult{{{"bf16", {divergent, divergent ? std::optional<int64_t>(1) : std::nullopt}}, {"fp32", {}}}};
     r.results.audit = AuditResult{true, {}};
     if (divergent) {
-        r.results.transplant = TransplantResult{"all", "kv", {true, false}, {true, false}};
-        r.results.localize = LocalizeResult{true, {0, 1}, "k", 3};
+        r.results.transplant = TransplantResult{"all", KvParts::Both, {true, false}, {true, false}};
+        r.results.localize = LocalizeResult{true, {0, 1}, KvParts::Keys, 3};
     }
     return r;
 }

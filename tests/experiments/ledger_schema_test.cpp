@@ -103,7 +103,7 @@ TEST(LedgerSchema, VersionOneFixtureReadsIntoTheseValues) {
     EXPECT_TRUE(d.transplant->prefillFromLive.followsDonor && d.transplant->liveFromPrefill.followsDonor);
     EXPECT_TRUE(d.localize->found);
     EXPECT_EQ(d.localize->layers, std::vector<int64_t>{1});
-    EXPECT_EQ(d.localize->kv, "k");
+    EXPECT_EQ(d.localize->parts, KvParts::Keys);
     EXPECT_EQ(d.localize->tests, 5);
     EXPECT_EQ(items[0].results.bridge->construction, "incremental:19");
     EXPECT_FALSE(items[0].results.matched->answerLive.has_value());
@@ -197,6 +197,9 @@ TEST(LedgerSchema, ADamagedRowIsRefusedNamingTheLedgerItemProtocolAndField) {
         {"UPDATE results SET data = replace(data, ',\"tests\":5', '') WHERE item_id = 'arith-03' AND protocol = "
          "'localize';",
          "item 'arith-03': localize: field 'tests' is missing"},
+        {"UPDATE results SET data = replace(data, '\"kv\":\"k\"', '\"kv\":\"q\"') WHERE item_id = 'arith-03' AND "
+         "protocol = 'localize';",
+         "item 'arith-03': localize: field 'kv' must be k, v or kv (got 'q')"},
         {"UPDATE results SET data = replace(data, '\"id\":171', '\"id\":\"171\"') "
          "WHERE item_id = 'arith-03' AND protocol = 'matched';",
          "item 'arith-03': matched.at_divergence.live: field 'id' must be an integer"},

@@ -20,7 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             spec.parsePositions(text);
             spec.describe();
             break;
-        case 3: spec.parseKv(text); break;
+        case 3: kvscope::parseKvParts(text); break;
         case 4: kvscope::experiments::parseShard(text); break;
         default: kvscope::parseNonNegativeInt(text); break;
         }

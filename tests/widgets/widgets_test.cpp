@@ -238,11 +238,11 @@ TEST_F(MainWindowTest, ShowsWhatTheLedgerSaysForTheSelectedItem) {
         if (record.results.localize && record.results.localize->found) {
             window.transplantPanel()->applyLocalizePreset();
             const std::vector<int64_t> layers = record.results.localize->layers;
-            const std::string kv = record.results.localize->kv;
+            const KvParts parts = record.results.localize->parts;
             EXPECT_EQ(window.transplantPanel()->layers()->layersWithKeys(),
-                      kv == "v" ? std::vector<int64_t>{} : layers);
+                      parts == KvParts::Values ? std::vector<int64_t>{} : layers);
             EXPECT_EQ(window.transplantPanel()->layers()->layersWithValues(),
-                      kv == "k" ? std::vector<int64_t>{} : layers);
+                      parts == KvParts::Keys ? std::vector<int64_t>{} : layers);
         }
         // Any two constructions: live vs token-by-token after the prompt is the bridge, bit for bit.
         QSignalSpy compared(&window, &MainWindow::analysisShown);
