@@ -50,9 +50,9 @@ std::string verifyContinuation(const ItemContext& ctx, const std::string& name, 
 
 std::vector<int64_t> storedIds(const ItemRecord& stored, const std::string& name,
                                std::vector<std::string>& mismatches) {
-    const auto it = stored.trajectories.find(name);
-    if (it == stored.trajectories.end()) mismatches.push_back("trajectory '" + name + "' is not in the ledger");
-    return it == stored.trajectories.end() ? std::vector<int64_t>() : it->second;
+    const std::vector<int64_t>* ids = stored.trajectories.find(name);
+    if (!ids) mismatches.push_back("trajectory '" + name + "' is not in the ledger");
+    return ids ? *ids : std::vector<int64_t>();
 }
 
 std::vector<std::string> auditAtPrefillSpeed(const ItemContext& ctx, const DatasetItem& item,
@@ -78,11 +78,8 @@ std::vector<std::string> auditAtPrefillSpeed(const ItemContext& ctx, const Datas
     const std::string rebuilt =
         fingerprintCache(buildCache(m, prefix, Construction::parse("prefill"), static_cast<int64_t>(prompt.size())))
             .overall;
-    for (const char* name : {"live_cache", "prefill_cache"}) {
-        const auto it = stored.fingerprints.find(name);
-        if (it == stored.fingerprints.end() || it->second != rebuilt)
-            mismatches.push_back("fingerprint '" + std::string(name) + "' differs");
-    }
+    if (stored.fingerprints.liveCache != rebuilt) mismatches.push_back("fingerprint 'live_cache' differs");
+    if (stored.fingerprints.prefillCache != rebuilt) mismatches.push_back("fingerprint 'prefill_cache' differs");
     return mismatches;
 }
 
@@ -103,18 +100,19 @@ std::vector<std::string> auditItem(const ItemContext& ctx, const DatasetItem& it
     ItemContext replayCtx{replayConfig, ctx.tokenizer, ctx.models, "", ctx.dataset, ctx.chat};
     const ItemRecord again = runItem(replayCtx, item, stored.index);
     std::vector<std::string> mismatches;
-    for (const auto& [name, ids] : stored.trajectories) {
-        auto it = again.trajectories.find(name);
-        if (it == again.trajectories.end()) {
+    for (const auto& [name, ids] : stored.trajectories.byName()) {
+        const std::vector<int64_t>* replayed = again.trajectories.find(name);
+        if (!replayed) {
             mismatches.push_back("trajectory '" + name + "' was not produced by the replay");
             continue;
         }
-        const int64_t at = firstDivergence(ids, it->second);
+        const int64_t at = firstDivergence(ids, *replayed);
         if (at >= 0) mismatches.push_back("trajectory '" + name + "' differs at token " + std::to_string(at));
     }
-    for (const auto& [name, value] : stored.fingerprints) {
-        auto it = again.fingerprints.find(name);
-        if (it == again.fingerprints.end() || it->second != value)
+    const std::map<std::string, std::string> replayedFingerprints = again.fingerprints.byName();
+    for (const auto& [name, value] : stored.fingerprints.byName()) {
+        const auto it = replayedFingerprints.find(name);
+        if (it == replayedFingerprints.end() || it->second != value)
             mismatches.push_back("fingerprint '" + name + "' differs");
     }
     return mismatches;

@@ -340,6 +340,70 @@ std::string batchContinuationName(const std::string& kernels, int64_t size) {
     return "batch/" + kernels + "/" + std::to_string(size);
 }
 
+namespace {
+
+template <typename Record, typename Value>
+struct NamedSlot {
+    const char* name;
+    std::optional<Value> Record::* field;
+};
+const NamedSlot<Trajectories, Trajectories::Ids> kTrajectorySlots[] = {{"prompt", &Trajectories::prompt},
+                                                                       {"trace", &Trajectories::trace},
+                                                                       {"suffix_live", &Trajectories::suffixLive},
+                                                                       {"suffix_prefill", &Trajectories::suffixPrefill},
+                                                                       {"output", &Trajectories::output}};
+const NamedSlot<Fingerprints, std::string> kFingerprintSlots[] = {{"live_cache", &Fingerprints::liveCache},
+                                                                  {"prefill_cache", &Fingerprints::prefillCache},
+                                                                  {"comparison", &Fingerprints::comparison}};
+
+template <typename Record, typename Value, std::size_t N>
+std::map<std::string, Value> presentByName(const Record& record, const NamedSlot<Record, Value> (&slots)[N]) {
+    std::map<std::string, Value> out;
+    for (const auto& s : slots)
+        if (record.*s.field) out.emplace(s.name, *(record.*s.field));
+    return out;
+}
+
+template <typename Record, typename Value, std::size_t N>
+std::optional<Value>* slotNamed(Record& record, const NamedSlot<Record, Value> (&slots)[N], const std::string& name) {
+    for (const auto& s : slots)
+        if (name == s.name) return &(record.*s.field);
+    return nullptr;
+}
+
+}  // namespace
+
+std::map<std::string, Trajectories::Ids> Trajectories::byName() const {
+    std::map<std::string, Ids> out = presentByName(*this, kTrajectorySlots);
+    out.insert(batch.begin(), batch.end());
+    return out;
+}
+
+bool Trajectories::set(const std::string& name, Ids ids) {
+    if (name.rfind("batch/", 0) == 0) {
+        batch[name] = std::move(ids);
+        return true;
+    }
+    std::optional<Ids>* named = slotNamed(*this, kTrajectorySlots, name);
+    if (named) *named = std::move(ids);
+    return named != nullptr;
+}
+
+const Trajectories::Ids* Trajectories::find(const std::string& name) const {
+    if (const auto it = batch.find(name); it != batch.end()) return &it->second;
+    for (const auto& s : kTrajectorySlots)
+        if (name == s.name) return (this->*s.field) ? &*(this->*s.field) : nullptr;
+    return nullptr;
+}
+
+std::map<std::string, std::string> Fingerprints::byName() const { return presentByName(*this, kFingerprintSlots); }
+
+bool Fingerprints::set(const std::string& name, std::string value) {
+    std::optional<std::string>* named = slotNamed(*this, kFingerprintSlots, name);
+    if (named) *named = std::move(value);
+    return named != nullptr;
+}
+
 void readProtocolResult(ItemResults& r, const std::string& protocol, const json& data, const std::string& where) {
     const Fields f(data, where + ": " + protocol);
     if (protocol == "trace")

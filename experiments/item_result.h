@@ -142,6 +142,37 @@ struct ItemResults {
     std::vector<std::string> protocols() const;  // the ledger names of the parts present, "trace" included
 };
 
+// An item's token ids, by what they are. The ledger keeps each under its name (in parentheses), and
+// the comparison fingerprint hashes them as one {name: ids} object (byName), so the names are fixed.
+struct Trajectories {
+    using Ids = std::vector<int64_t>;
+    std::optional<Ids> prompt;         // "prompt": the ids the model read first (a study's or an import's)
+    std::optional<Ids> trace;          // "trace": a study's decode from the prompt
+    std::optional<Ids> suffixLive;     // "suffix_live": the continuation from the boundary's live cache
+    std::optional<Ids> suffixPrefill;  // "suffix_prefill": the continuation from its one-shot prefill
+    std::optional<Ids> output;         // "output": an imported trajectory's output tokens
+    std::map<std::string, Ids> batch;  // batchContinuationName(kernels, size) -> the batch protocol's continuation
+
+    std::map<std::string, Ids> byName() const;  // those present, by their ledger names
+    // Stores `ids` as the trajectory the ledger's `name` stands for; false for a name that is none.
+    bool set(const std::string& name, Ids ids);
+    const Ids* find(const std::string& name) const;  // present under that name, or null
+    bool operator==(const Trajectories& other) const { return byName() == other.byName(); }
+    bool operator!=(const Trajectories& other) const { return !(*this == other); }
+};
+
+// SHA-256 fingerprints of what an item that reached its boundary computed, by the ledger's names.
+struct Fingerprints {
+    std::optional<std::string> liveCache;     // "live_cache": the cache decoding retained at the boundary
+    std::optional<std::string> prefillCache;  // "prefill_cache": the one-shot prefill of the same ids
+    std::optional<std::string> comparison;    // "comparison": the protocols' results and every trajectory
+
+    std::map<std::string, std::string> byName() const;
+    bool set(const std::string& name, std::string value);  // false for a name that is none of them
+    bool operator==(const Fingerprints& other) const { return byName() == other.byName(); }
+    bool operator!=(const Fingerprints& other) const { return !(*this == other); }
+};
+
 // The ledger's protocol name of a replay: "replay:" + its label.
 std::string replayProtocol(const std::string& label);
 

@@ -286,14 +286,14 @@ void Ledger::insertItem(const std::string& runId, const ItemRecord& item) {
         .step();
     const nlohmann::json results = toJson(item.results);
     for (auto it = results.begin(); it != results.end(); ++it) insertResult(runId, item.itemId, it.key(), it.value());
-    for (const auto& [name, ids] : item.trajectories)
+    for (const auto& [name, ids] : item.trajectories.byName())
         Statement(db_, "INSERT INTO trajectories(run_id, item_id, name, ids) VALUES(?,?,?,?)", path_)
             .bind(1, runId)
             .bind(2, item.itemId)
             .bind(3, name)
             .bindIds(4, ids)
             .step();
-    for (const auto& [name, value] : item.fingerprints)
+    for (const auto& [name, value] : item.fingerprints.byName())
         Statement(db_, "INSERT INTO fingerprints(run_id, item_id, name, value) VALUES(?,?,?,?)", path_)
             .bind(1, runId)
             .bind(2, item.itemId)
@@ -373,11 +373,22 @@ std::vector<ItemRecord> Ledger::items(const std::string& runId) const {
     }
     Statement tr(db_, "SELECT item_id, name, ids FROM trajectories WHERE run_id = ?", path_);
     tr.bind(1, runId);
-    while (tr.step()) itemOf(tr.text(0), "trajectories").trajectories[tr.text(1)] = tr.ids(2);
+    while (tr.step())
+        if (!itemOf(tr.text(0), "trajectories").trajectories.set(tr.text(1), tr.ids(2)))
+            throw FormatError(itemWhere(tr.text(0)) + ": unknown trajectory '" + tr.text(1) + "'");
     Statement fp(db_, "SELECT item_id, name, value FROM fingerprints WHERE run_id = ?", path_);
     fp.bind(1, runId);
-    while (fp.step()) itemOf(fp.text(0), "fingerprints").fingerprints[fp.text(1)] = fp.text(2);
+    while (fp.step())
+        if (!itemOf(fp.text(0), "fingerprints").fingerprints.set(fp.text(1), fp.text(2)))
+            throw FormatError(itemWhere(fp.text(0)) + ": unknown fingerprint '" + fp.text(1) + "'");
     return out;
+}
+
+const std::vector<int64_t>& storedTrajectory(const ItemRecord& item, const std::string& name,
+                                             const std::string& where) {
+    const std::vector<int64_t>* ids = item.trajectories.find(name);
+    if (!ids || ids->empty()) throw FormatError(where + ": item '" + item.itemId + "' has no " + name + " trajectory");
+    return *ids;
 }
 
 void Ledger::overwriteTrajectory(const std::string& runId, const std::string& itemId, const std::string& name,

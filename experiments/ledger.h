@@ -44,14 +44,18 @@ struct ItemRecord {
     int64_t index = 0;  // position in the dataset
     ItemStatus status = ItemStatus::Done;
     ItemResults results;
-    std::map<std::string, std::vector<int64_t>> trajectories;
-    std::map<std::string, std::string> fingerprints;
+    Trajectories trajectories;
+    Fingerprints fingerprints;
     double seconds = 0;
     int64_t tokens = 0;                // tokens decoded for this item
     // Where this run of the item spent its time (trace, prefill side, replay, each protocol); the
     // run's summary, not the ledger (a replay's times differ, its results must not).
     std::map<std::string, double> secondsBy;
 };
+
+// An item's stored trajectory by its ledger name ("prompt", "suffix_live", "output"); FormatError
+// naming `where` and the item where it is missing or empty.
+const std::vector<int64_t>& storedTrajectory(const ItemRecord& item, const std::string& name, const std::string& where);
 
 enum class LedgerAccess {
     Write,     // creates the file and the schema when missing (run, merge's output)

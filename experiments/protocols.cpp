@@ -192,17 +192,17 @@ Replay replayItem(const ItemContext& ctx, const Prefix& p) {
 // Where the replay differs from what the run recorded: one line per trajectory or cache fingerprint.
 std::vector<std::string> replayMismatches(const Replay& again, const ItemRecord& rec) {
     std::vector<std::string> mismatches;
-    auto compareIds = [&](const char* name, const std::vector<int64_t>& ids) {
-        const int64_t at = firstDivergence(rec.trajectories.at(name), ids);
+    auto compareIds = [&](const char* name, const std::optional<std::vector<int64_t>>& stored,
+                          const std::vector<int64_t>& ids) {
+        const int64_t at = firstDivergence(stored.value(), ids);
         if (at >= 0)
             mismatches.push_back("trajectory '" + std::string(name) + "' differs at token " + std::to_string(at));
     };
-    compareIds("trace", again.trace.ids);
-    compareIds("suffix_live", again.liveSuffix.ids);
-    compareIds("suffix_prefill", again.prefillSuffix.ids);
-    if (again.liveFingerprint != rec.fingerprints.at("live_cache"))
-        mismatches.push_back("fingerprint 'live_cache' differs");
-    if (again.prefillFingerprint != rec.fingerprints.at("prefill_cache"))
+    compareIds("trace", rec.trajectories.trace, again.trace.ids);
+    compareIds("suffix_live", rec.trajectories.suffixLive, again.liveSuffix.ids);
+    compareIds("suffix_prefill", rec.trajectories.suffixPrefill, again.prefillSuffix.ids);
+    if (again.liveFingerprint != rec.fingerprints.liveCache) mismatches.push_back("fingerprint 'live_cache' differs");
+    if (again.prefillFingerprint != rec.fingerprints.prefillCache)
         mismatches.push_back("fingerprint 'prefill_cache' differs");
     return mismatches;
 }
@@ -341,10 +341,11 @@ int64_t storedBoundary(const ItemRecord& item) {
 BoundaryState rebuildStoredBoundary(const ItemContext& ctx, const ItemRecord& item,
                                     const std::function<bool()>& keepGoing) {
     const int64_t boundary = storedBoundary(item);  // first: it refuses an item without one, by name
-    BoundaryState state =
-        rebuildBoundary(ctx, item.trajectories.at("prompt"), item.trajectories.at("trace"), boundary, keepGoing);
-    if (state.liveSuffix.ids != item.trajectories.at("suffix_live") ||
-        state.prefillSuffix.ids != item.trajectories.at("suffix_prefill"))
+    const std::string where = "the ledger";
+    BoundaryState state = rebuildBoundary(ctx, storedTrajectory(item, "prompt", where),
+                                          storedTrajectory(item, "trace", where), boundary, keepGoing);
+    if (state.liveSuffix.ids != storedTrajectory(item, "suffix_live", where) ||
+        state.prefillSuffix.ids != storedTrajectory(item, "suffix_prefill", where))
         throw UsageError("rebuilding item " + item.itemId +
                          " does not reproduce the ledger's continuations "
                          "(has the model or kvscope changed since the run? `kvscope audit` tells)");
@@ -440,8 +441,8 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
     });
     p.trace = trace.ids;
     p.boundary = boundaryIndex(ctx, p.trace);
-    rec.trajectories["prompt"] = p.prompt;
-    rec.trajectories["trace"] = p.trace;
+    rec.trajectories.prompt = p.prompt;
+    rec.trajectories.trace = p.trace;
     rec.results.trace = TraceResult{static_cast<int64_t>(p.trace.size()), trace.stopReason,
                                     p.boundary ? std::optional<int64_t>(p.boundary) : std::nullopt};
     rec.tokens = static_cast<int64_t>(p.trace.size());
@@ -449,7 +450,7 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
     if (c.runs(Protocol::Batch)) {
         BatchRun batch = timed(rec, "batch", [&] { return runBatch(ctx, index, p.prompt); });
         rec.results.batch = std::move(batch.result);
-        rec.trajectories.merge(batch.continuations);
+        rec.trajectories.batch = std::move(batch.continuations);
     }
     if (p.boundary == 0) {
         rec.status = ItemStatus::NoBoundary;
@@ -468,10 +469,10 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
     const KvCache prefill = timed(rec, "prefill side", [&] { return prefillOf(m, p); });
     const Side prefillSide = finishSide(
         ctx, item, generated, timed(rec, "prefill side", [&] { return continueWithRunRules(ctx, prefill, p.budget); }));
-    rec.trajectories["suffix_live"] = liveSide.suffix.ids;
-    rec.trajectories["suffix_prefill"] = prefillSide.suffix.ids;
-    rec.fingerprints["live_cache"] = fingerprintCache(live).overall;
-    rec.fingerprints["prefill_cache"] = fingerprintCache(prefill).overall;
+    rec.trajectories.suffixLive = liveSide.suffix.ids;
+    rec.trajectories.suffixPrefill = prefillSide.suffix.ids;
+    rec.fingerprints.liveCache = fingerprintCache(live).overall;
+    rec.fingerprints.prefillCache = fingerprintCache(prefill).overall;
     rec.tokens += static_cast<int64_t>(liveSide.suffix.ids.size() + prefillSide.suffix.ids.size() + p.boundary);
     const bool divergent = liveSide.suffix.ids != prefillSide.suffix.ids;
 
@@ -485,7 +486,7 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
                 Bridge)) {  // the faithful rebuild: token by token with torch kernels, one forward with invariant ones
         rec.results.bridge = timed(rec, "bridge", [&] {
             const KvCache& rebuilt = isInvariant(c.kernels) ? prefill : incremental.get(ctx, p, c.dtypes.front());
-            return BridgeResult{fingerprintCache(rebuilt).overall == rec.fingerprints["live_cache"],
+            return BridgeResult{fingerprintCache(rebuilt).overall == rec.fingerprints.liveCache,
                                 rebuilt.construction()};
         });
     }
@@ -503,8 +504,8 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
                                sameTest ? std::optional<bool>(t->prefillFromLive.followsDonor) : std::nullopt);
         });
     // One fingerprint over everything compared, so an audit can check the comparison as a whole.
-    const std::string comparison = toJson(rec.results).dump() + json(rec.trajectories).dump();
-    rec.fingerprints["comparison"] = sha256Hex(comparison.data(), comparison.size());
+    const std::string comparison = toJson(rec.results).dump() + json(rec.trajectories.byName()).dump();
+    rec.fingerprints.comparison = sha256Hex(comparison.data(), comparison.size());
     if (!ctx.keepCachesDir.empty()) {
         std::filesystem::create_directories(ctx.keepCachesDir);
         for (const auto& [name, cache] :

@@ -68,12 +68,12 @@ std::vector<std::optional<double>> absDeltas(const ItemRecord& item, const Delta
 ItemMismatch itemMismatch(const ItemRecord& item, const DeltaBasis& basis) {
     ItemMismatch m;
     const auto replay = item.results.replays.find(basis.label);
-    const auto output = item.trajectories.find("output");
-    if (replay == item.results.replays.end() || output == item.trajectories.end()) return m;
+    const std::optional<std::vector<int64_t>>& output = item.trajectories.output;
+    if (replay == item.results.replays.end() || !output) return m;
     m.replayed = true;
     const std::vector<int64_t>& argmaxes = replay->second.argmaxes;
-    for (std::size_t i = 0; i < std::min(argmaxes.size(), output->second.size()) && !m.firstArgmaxMismatch; ++i)
-        if (argmaxes[i] != output->second[i]) m.firstArgmaxMismatch = static_cast<int64_t>(i);
+    for (std::size_t i = 0; i < std::min(argmaxes.size(), output->size()) && !m.firstArgmaxMismatch; ++i)
+        if (argmaxes[i] != (*output)[i]) m.firstArgmaxMismatch = static_cast<int64_t>(i);
     double sum = 0;
     int64_t n = 0;
     for (const std::optional<double>& d : absDeltas(item, basis)) {

@@ -194,7 +194,8 @@ ItemRecord itemOf(const ImportedTrajectory& t, int64_t index) {
     item.itemId = t.id;
     item.index = index;
     item.results.engine = t.engine;
-    item.trajectories = {{"prompt", t.promptIds}, {"output", t.outputIds}};
+    item.trajectories.prompt = t.promptIds;
+    item.trajectories.output = t.outputIds;
     item.tokens = static_cast<int64_t>(t.outputIds.size());
     return item;
 }
@@ -353,14 +354,6 @@ Transformer loadReplayModel(const std::string& modelPath, const ReplayRequest& r
     return Transformer::load(modelPath, parseDtype(request.precision.dtype), torch::kCPU, nullptr, numerics);
 }
 
-const std::vector<int64_t>& storedTrajectory(const ItemRecord& item, const std::string& name,
-                                             const std::string& where) {
-    const auto it = item.trajectories.find(name);
-    if (it == item.trajectories.end() || it->second.empty())
-        throw FormatError(where + ": item '" + item.itemId + "' has no " + name + " trajectory");
-    return it->second;
-}
-
 std::vector<ImportedTrajectory> readTrajectories(const std::string& path, int64_t vocabSize) {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw UsageError(path + ": cannot read the trajectories file");
@@ -472,10 +465,10 @@ json replayReportJson(const std::vector<ItemRecord>& items, const std::string& l
     json trajectories = json::array();
     for (const ItemRecord& item : items) {
         const auto replay = item.results.replays.find(label);
-        const auto output = item.trajectories.find("output");
-        if (replay == item.results.replays.end() || !item.results.engine || output == item.trajectories.end()) continue;
+        const std::optional<std::vector<int64_t>>& output = item.trajectories.output;
+        if (replay == item.results.replays.end() || !item.results.engine || !output) continue;
         const EngineRecord& engine = *item.results.engine;
-        const TrajectoryMismatch m = mismatchOf(item.itemId, engine, output->second, replay->second);
+        const TrajectoryMismatch m = mismatchOf(item.itemId, engine, *output, replay->second);
         all.push_back(m);
         if (m.batchSize) byBatch[*m.batchSize].push_back(m);
         const double n = static_cast<double>(std::max<int64_t>(m.tokens, 1));

@@ -97,8 +97,5 @@ std::string replayReportMarkdown(const nlohmann::json& report);
 nlohmann::json importedRunReport(const std::vector<ItemRecord>& items, const RunInfo& run);
 std::string importedRunMarkdown(const nlohmann::json& report);
 std::string importedRunCsv(const nlohmann::json& report);
-// An item's stored trajectory `name` ("prompt", "output"); FormatError naming `where` and the item
-// where it is missing or empty.
-const std::vector<int64_t>& storedTrajectory(const ItemRecord& item, const std::string& name, const std::string& where);
 
 }  // namespace kvscope::experiments

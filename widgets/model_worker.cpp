@@ -95,12 +95,13 @@ struct ModelWorker::State {
         std::vector<AnalysisView::BatchSide> sides;
         if (!item.results.batch) return sides;
         for (const auto& [kernels, cells] : item.results.batch->byKernels) {
-            const auto alone = item.trajectories.find(experiments::batchContinuationName(kernels, 1));
-            if (alone == item.trajectories.end()) continue;  // a ledger from before they were kept
+            const auto& kept = item.trajectories.batch;
+            const auto alone = kept.find(experiments::batchContinuationName(kernels, 1));
+            if (alone == kept.end()) continue;  // a ledger from before they were kept
             sides.push_back({QString::fromStdString(kernels), 1, -1, {}, views(alone->second)});
             for (const auto& [size, cell] : cells) {
-                const auto ids = item.trajectories.find(experiments::batchContinuationName(kernels, size));
-                if (ids == item.trajectories.end()) continue;
+                const auto ids = kept.find(experiments::batchContinuationName(kernels, size));
+                if (ids == kept.end()) continue;
                 QString note = cell.logitsEqual ? QObject::tr("logits bit-equal to alone's")
                                                 : QObject::tr("logits differ from %1")
                                                       .arg(QString::fromStdString(cell.firstDifferingOp.value_or("")));

@@ -21,8 +21,8 @@ QString replaySummaryLine(const std::vector<ItemRecord>& items, const DeltaBasis
     double sum = 0, max = 0;
     for (const ItemRecord& item : items) {
         const experiments::ItemMismatch m = experiments::itemMismatch(item, basis);
-        if (const auto output = item.trajectories.find("output"); output != item.trajectories.end())
-            tokens += static_cast<int64_t>(output->second.size());
+        if (const std::optional<std::vector<int64_t>>& output = item.trajectories.output)
+            tokens += static_cast<int64_t>(output->size());
         replayed += m.replayed;
         withMismatch += m.firstArgmaxMismatch.has_value();
         for (const std::optional<double>& d : experiments::absDeltas(item, basis))

@@ -67,8 +67,8 @@ QVariant TrajectoryTableModel::display(std::size_t row, int column) const {
     case BatchSizeColumn:
         return engine && engine->batchSize ? QVariant(static_cast<qlonglong>(*engine->batchSize)) : QVariant();
     case TokensColumn: {
-        const auto output = item.trajectories.find("output");
-        return output == item.trajectories.end() ? QVariant() : QVariant(static_cast<qlonglong>(output->second.size()));
+        const std::optional<std::vector<int64_t>>& output = item.trajectories.output;
+        return output ? QVariant(static_cast<qlonglong>(output->size())) : QVariant();
     }
     case FirstArgmaxMismatchColumn:
         if (!m.replayed) return tr("not replayed");

@@ -68,8 +68,8 @@ QString TrajectoryView::tokenText(int64_t id) const {
 }
 
 int TrajectoryView::stepOfCell(int cell) const {
-    const auto prompt = item_.trajectories.find("prompt");
-    const int promptLength = prompt == item_.trajectories.end() ? 0 : static_cast<int>(prompt->second.size());
+    const std::optional<std::vector<int64_t>>& prompt = item_.trajectories.prompt;
+    const int promptLength = prompt ? static_cast<int>(prompt->size()) : 0;
     const int step = cell - promptLength;
     return step >= 0 && step < static_cast<int>(deltas_.size()) ? step : -1;
 }
@@ -78,8 +78,8 @@ QString TrajectoryView::headerText() const { return header_->text(); }
 QString TrajectoryView::locationText() const { return location_->text(); }
 
 QString TrajectoryView::describeStep(int step) const {
-    const auto output = item_.trajectories.find("output");
-    if (step < 0 || output == item_.trajectories.end() || step >= static_cast<int>(output->second.size())) return {};
+    const std::optional<std::vector<int64_t>>& output = item_.trajectories.output;
+    if (step < 0 || !output || step >= static_cast<int>(output->size())) return {};
     const auto s = static_cast<std::size_t>(step);
     QString text = tr("step %1").arg(step);
     const experiments::EngineRecord* engine = item_.results.engine ? &*item_.results.engine : nullptr;
@@ -94,7 +94,7 @@ QString TrajectoryView::describeStep(int step) const {
         const bool chosen = label == basis_.label;
         const int64_t argmax = replay.argmaxes[s];
         const QString argmaxText =
-            argmax == output->second[s]
+            argmax == (*output)[s]
                 ? tr("the engine's token")
                 : tr("<span style=\"color:#c00000\">%1 [%2]</span>").arg(tokenHtml(tokenText(argmax))).arg(argmax);
         text += tr("<br>%1%2%3: logprob %4, argmax %5, margin %6, rank %7")
@@ -116,14 +116,14 @@ TokenView TrajectoryView::placeholder(int64_t id) const {
 }
 
 void TrajectoryView::render() {
-    const auto prompt = item_.trajectories.find("prompt");
-    const auto output = item_.trajectories.find("output");
-    if (prompt == item_.trajectories.end() || output == item_.trajectories.end()) return;
+    const std::optional<std::vector<int64_t>>& prompt = item_.trajectories.prompt;
+    const std::optional<std::vector<int64_t>>& output = item_.trajectories.output;
+    if (!prompt || !output) return;
     const experiments::ItemMismatch m = experiments::itemMismatch(item_, basis_);
     QString header = tr("<b>%1</b>: %2 prompt tokens, %3 output tokens")
                          .arg(itemId().toHtmlEscaped())
-                         .arg(prompt->second.size())
-                         .arg(output->second.size());
+                         .arg(prompt->size())
+                         .arg(output->size());
     if (const auto& e = item_.results.engine)
         header += tr(" from %1 (%2%3)")
                       .arg(QString::fromStdString(e->engine).toHtmlEscaped(), QString::fromStdString(e->dtype),
@@ -144,15 +144,15 @@ void TrajectoryView::render() {
     if (located < static_cast<int>(deltas_.size())) strip_->setSelectedStep(located);
 
     std::vector<TokenCell> cells;
-    for (std::size_t i = 0; i < prompt->second.size(); ++i) {
+    for (std::size_t i = 0; i < prompt->size(); ++i) {
         TokenCell c;
-        c.token = tokens_ && i < tokens_->prompt.size() ? tokens_->prompt[i] : placeholder(prompt->second[i]);
+        c.token = tokens_ && i < tokens_->prompt.size() ? tokens_->prompt[i] : placeholder((*prompt)[i]);
         c.dimmed = true;
         cells.push_back(c);
     }
-    for (std::size_t i = 0; i < output->second.size(); ++i) {
+    for (std::size_t i = 0; i < output->size(); ++i) {
         TokenCell c;
-        c.token = tokens_ && i < tokens_->output.size() ? tokens_->output[i] : placeholder(output->second[i]);
+        c.token = tokens_ && i < tokens_->output.size() ? tokens_->output[i] : placeholder((*output)[i]);
         c.boundaryBefore = i == 0;
         c.highlighted = static_cast<int>(i) == marked;
         if (i < deltas_.size() && deltas_[i]) c.shade = deltaColor(deltas_[i]).name();

@@ -95,8 +95,8 @@ nlohmann::json ledgerItems(const std::string& path) {
         out.push_back({{"id", r.itemId},
                        {"status", experiments::itemStatusName(r.status)},
                        {"results", experiments::toJson(r.results)},
-                       {"trajectories", r.trajectories},
-                       {"fingerprints", r.fingerprints},
+                       {"trajectories", r.trajectories.byName()},
+                       {"fingerprints", r.fingerprints.byName()},
                        {"tokens", r.tokens}});
     }
     return out;

@@ -289,7 +289,7 @@ TEST(RunCli, InvariantKernelsRemoveTheDivergenceAndAuditAtPrefillSpeed) {
     {
         experiments::Ledger ledger(db);
         const std::string run = ledger.runs().back().runId;
-        auto ids = ledger.items(run).at(1).trajectories.at("suffix_live");
+        auto ids = ledger.items(run).at(1).trajectories.suffixLive.value();
         ids.at(5) += 1;
         ledger.overwriteTrajectory(run, ledger.items(run).at(1).itemId, "suffix_live", ids);
     }
@@ -308,7 +308,7 @@ TEST(RunCli, AuditDetectsATamperedRow) {
     {
         experiments::Ledger ledger(db);
         const std::string run = ledger.runs().front().runId;
-        auto ids = ledger.items(run).at(1).trajectories.at("suffix_live");
+        auto ids = ledger.items(run).at(1).trajectories.suffixLive.value();
         ids.at(5) += 1;
         ledger.overwriteTrajectory(run, "arith-01", "suffix_live", ids);
     }
@@ -586,18 +586,19 @@ TEST(RunCli, CompareRebuildsAnItemTwoWaysAsTheLedgerRecordedIt) {
         const auto j = nlohmann::json::parse(compared.out);
         EXPECT_EQ(j["a"]["construction"], "live");
         EXPECT_EQ(j["b"]["construction"], "prefill");
-        EXPECT_EQ(j["a"]["continuation"].get<std::vector<int64_t>>(), item.trajectories.at("suffix_live"));
-        EXPECT_EQ(j["b"]["continuation"].get<std::vector<int64_t>>(), item.trajectories.at("suffix_prefill"));
-        EXPECT_EQ(j["a"]["fingerprint"], item.fingerprints.at("live_cache"));
-        EXPECT_EQ(j["b"]["fingerprint"], item.fingerprints.at("prefill_cache"));
+        EXPECT_EQ(j["a"]["continuation"].get<std::vector<int64_t>>(), item.trajectories.suffixLive.value());
+        EXPECT_EQ(j["b"]["continuation"].get<std::vector<int64_t>>(), item.trajectories.suffixPrefill.value());
+        EXPECT_EQ(j["a"]["fingerprint"], item.fingerprints.liveCache.value());
+        EXPECT_EQ(j["b"]["fingerprint"], item.fingerprints.prefillCache.value());
         const auto& m = item.results.matched.value();
         EXPECT_EQ(j["first_divergence"].is_null(), !m.firstDivergence.has_value()) << item.itemId;
         if (m.firstDivergence) {
             EXPECT_EQ(j["first_divergence"], *m.firstDivergence);
         }
-        EXPECT_EQ(j["diff"]["bit_exact"], item.fingerprints.at("live_cache") == item.fingerprints.at("prefill_cache"));
+        EXPECT_EQ(j["diff"]["bit_exact"],
+                  item.fingerprints.liveCache.value() == item.fingerprints.prefillCache.value());
 
-        const std::string prompt = std::to_string(item.trajectories.at("prompt").size());
+        const std::string prompt = std::to_string(item.trajectories.prompt.value().size());
         const auto bridge =
             runCli("compare " + shellQuote(db) + " --item " + item.itemId + " --b incremental:" + prompt + " --json");
         ASSERT_EQ(bridge.exitCode, 0) << bridge.err;

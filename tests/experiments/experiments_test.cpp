@@ -267,8 +267,8 @@ ItemRecord sampleItem(const std::string& id, int64_t index, bool divergent) {
     r.status = ItemStatus::Done;
     r.seconds = 1.5;
     r.tokens = 40;
-    r.trajectories["trace"] = {1, 2, 3};
-    r.fingerprints["comparison"] = "abc";
+    r.trajectories.trace = {1, 2, 3};
+    r.fingerprints.comparison = "abc";
     r.results.trace = TraceResult{3, StopReason::Eos, 2};
     MatchedResult m;
     m.suffixEqual = !divergent;
@@ -290,6 +290,40 @@ ItemRecord sampleItem(const std::string& id, int64_t index, bool divergent) {
 }
 namespace {
 
+// An item's trajectories and fingerprints are fields; the ledger and the comparison fingerprint see
+// them by their fixed names, the present ones only (an empty trace is present, a missing one is not).
+TEST(ItemRecord, TrajectoriesAndFingerprintsKeepTheirLedgerNames) {
+    Trajectories t;
+    t.prompt = {1, 2};
+    t.trace = std::vector<int64_t>{};
+    t.suffixLive = {3};
+    t.batch[batchContinuationName("torch", 2)] = {4};
+    using Named = std::map<std::string, std::vector<int64_t>>;
+    EXPECT_EQ(t.byName(), (Named{{"prompt", {1, 2}}, {"trace", {}}, {"suffix_live", {3}}, {"batch/torch/2", {4}}}));
+    EXPECT_EQ(nlohmann::json(t.byName()).dump(),
+              R"({"batch/torch/2":[4],"prompt":[1,2],"suffix_live":[3],"trace":[]})");
+    Trajectories back;
+    for (const auto& [name, ids] : t.byName()) EXPECT_TRUE(back.set(name, ids)) << name;
+    EXPECT_EQ(back, t);
+    EXPECT_FALSE(back.set("suffix_middle", {1}));
+    ASSERT_NE(back.find("suffix_live"), nullptr);
+    EXPECT_EQ(*back.find("suffix_live"), std::vector<int64_t>{3});
+    EXPECT_EQ(back.find("suffix_prefill"), nullptr);
+    EXPECT_EQ(back.find("output"), nullptr);
+
+    Fingerprints f;
+    f.liveCache = "aa";
+    f.comparison = "cc";
+    EXPECT_EQ(f.byName(), (std::map<std::string, std::string>{{"live_cache", "aa"}, {"comparison", "cc"}}));
+    Fingerprints g;
+    EXPECT_TRUE(g.set("live_cache", "aa"));
+    EXPECT_TRUE(g.set("comparison", "cc"));
+    EXPECT_FALSE(g.set("half_cache", "bb"));
+    EXPECT_EQ(g, f);
+    g.prefillCache = "bb";
+    EXPECT_NE(g, f);
+}
+
 TEST(Ledger, RoundTripResumeSetAndMerge) {
     test::TempDir dir;
     const nlohmann::json manifest = {{"identity", {{"config", {{"name", "t"}}}}}, {"paths", nlohmann::json::object()}};
@@ -303,7 +337,7 @@ TEST(Ledger, RoundTripResumeSetAndMerge) {
     EXPECT_EQ(a.finishedItems("r1"), std::set<std::string>{"x"});
     const auto items = a.items("r1");
     ASSERT_EQ(items.size(), 1u);
-    EXPECT_EQ(items[0].trajectories.at("trace"), (std::vector<int64_t>{1, 2, 3}));
+    EXPECT_EQ(items[0].trajectories.trace.value(), (std::vector<int64_t>{1, 2, 3}));
     EXPECT_EQ(items[0].results.matched.value().firstDivergence, 1);
     // Read back field for field, and the failed duplicate left nothing half-written.
     EXPECT_TRUE(sameResults(items[0].results, sampleItem("x", 0, true).results));
@@ -320,7 +354,7 @@ TEST(Ledger, RoundTripResumeSetAndMerge) {
     Ledger c(dir.file("c.db"));
     c.createRun("r1", manifest);
     auto changed = sampleItem("x", 0, true);
-    changed.trajectories["trace"] = {9};
+    changed.trajectories.trace = {9};
     c.recordItem("r1", changed);
     expectError<UsageError>([&] { merged.mergeFrom(c); }, "item 'x'");
 }
@@ -574,12 +608,12 @@ TEST(Protocols, TheBatchProtocolFindsNothingWithInvariantKernels) {
             const auto& sizes = item.results.batch->byKernels.at(kernels);
             ASSERT_EQ(sizes.size(), 2u) << kernels;
             // Each size's continuation is kept beside alone's (the GUI shows them side by side).
-            const auto& alone = item.trajectories.at(batchContinuationName(kernels, 1));
+            const auto& alone = item.trajectories.batch.at(batchContinuationName(kernels, 1));
             EXPECT_EQ(alone.size(), 16u);
             for (const auto& [size, cell] : sizes) {
                 const std::string where = item.itemId + " " + kernels + " " + std::to_string(size);
                 const int64_t split =
-                    firstDivergence(alone, item.trajectories.at(batchContinuationName(kernels, size)));
+                    firstDivergence(alone, item.trajectories.batch.at(batchContinuationName(kernels, size)));
                 EXPECT_EQ(cell.firstDivergence.value_or(-1), split) << where;
                 if (std::string(kernels) == "invariant") {
                     EXPECT_TRUE(cell.logitsEqual && cell.cacheEqual) << where;
@@ -785,7 +819,7 @@ TEST(Replay, MismatchFiguresOfOneTrajectory) {
     item.itemId = "x";
     item.results.engine = engine;
     item.results.replays["live/torch/bf16"] = replay;
-    item.trajectories["output"] = output;
+    item.trajectories.output = output;
     const nlohmann::json report = replayReportJson({item}, "live/torch/bf16");
     EXPECT_EQ(report["summary"]["argmax_mismatch_tokens"], 2);
     EXPECT_EQ(report["summary"]["by_batch_size"]["8"]["tokens"], 4);

@@ -140,8 +140,8 @@ TEST(LedgerSchema, VersionOneRoundTripsByteForByte) {
             ItemResults compared = item.results;
             compared.caches.clear();
             compared.audit.reset();
-            const std::string comparison = toJson(compared).dump() + nlohmann::json(item.trajectories).dump();
-            EXPECT_EQ(sha256Hex(comparison.data(), comparison.size()), item.fingerprints.at("comparison"))
+            const std::string comparison = toJson(compared).dump() + nlohmann::json(item.trajectories.byName()).dump();
+            EXPECT_EQ(sha256Hex(comparison.data(), comparison.size()), item.fingerprints.comparison.value())
                 << item.itemId;
         }
 }
@@ -205,6 +205,10 @@ TEST(LedgerSchema, ADamagedRowIsRefusedNamingTheLedgerItemProtocolAndField) {
          "item 'arith-03': matched.at_divergence.live: field 'id' must be an integer"},
         {"UPDATE results SET item_id = 'arith-99' WHERE item_id = 'arith-02' AND protocol = 'bridge';",
          "item 'arith-99': the ledger's results table has a row for this item, which its items table lacks"},
+        {"UPDATE trajectories SET name = 'suffix_middle' WHERE item_id = 'arith-02' AND name = 'suffix_live';",
+         "item 'arith-02': unknown trajectory 'suffix_middle'"},
+        {"UPDATE fingerprints SET name = 'half_cache' WHERE item_id = 'arith-02' AND name = 'live_cache';",
+         "item 'arith-02': unknown fingerprint 'half_cache'"},
         {"UPDATE trajectories SET item_id = 'arith-98' WHERE item_id = 'arith-02' AND name = 'prompt';",
          "item 'arith-98': the ledger's trajectories table has a row for this item"},
     };

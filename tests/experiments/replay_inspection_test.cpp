@@ -22,8 +22,8 @@ namespace {
 ItemRecord syntheticTrajectory(bool engineLogprobs = true) {
     ItemRecord item;
     item.itemId = "t0";
-    item.trajectories["prompt"] = {1, 2, 3};
-    item.trajectories["output"] = {5, 6, 7, 8};
+    item.trajectories.prompt = {1, 2, 3};
+    item.trajectories.output = {5, 6, 7, 8};
     EngineRecord& engine = item.results.engine.emplace();
     engine.engine = "vllm";
     engine.dtype = "bf16";
@@ -105,7 +105,7 @@ TEST(ReplayInspection, LabelsParseBackAndNameTheReferencesToLocate) {
 ItemRecord greedyTrajectory(const Transformer& m, const std::vector<int64_t>& prompt, int64_t tokens) {
     ItemRecord item;
     item.itemId = "greedy";
-    item.trajectories["prompt"] = prompt;
+    item.trajectories.prompt = prompt;
     std::vector<int64_t> output;
     KvCache cache = m.newCache(static_cast<int64_t>(prompt.size()) + tokens);
     torch::Tensor logits = m.forward(prompt, cache, Logits::Last);
@@ -113,7 +113,7 @@ ItemRecord greedyTrajectory(const Transformer& m, const std::vector<int64_t>& pr
         output.push_back(logits.reshape({-1}).argmax().item<int64_t>());
         logits = m.forward({output.back()}, cache, Logits::Last);
     }
-    item.trajectories["output"] = output;
+    item.trajectories.output = output;
     return item;
 }
 
@@ -128,7 +128,7 @@ TEST(ReplayInspection, AStepIsLocatedWhereTheReferencesScoresPart) {
         const Transformer m =
             Transformer::load(test::tinyModel("qwen2-wide"), torch::kBFloat16, torch::kCPU, nullptr, numerics);
         const ItemRecord item = greedyTrajectory(m, prompt, 24);
-        const auto& output = item.trajectories.at("output");
+        const auto& output = item.trajectories.output.value();
         const auto prefill = scoreContinuation(m, prompt, output, ForcedReference::parse("prefill"));
         const auto live = scoreContinuation(m, prompt, output, ForcedReference::parse("live"));
         int parted = 0;

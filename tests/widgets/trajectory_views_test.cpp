@@ -49,8 +49,8 @@ std::vector<ItemRecord> syntheticRun() {
         ItemRecord& item = items[k];
         item.itemId = "t" + std::to_string(k);
         item.index = static_cast<int64_t>(k);
-        item.trajectories["prompt"] = {1, 2, 3};
-        item.trajectories["output"] = {5, 6, 7, 8};
+        item.trajectories.prompt = {1, 2, 3};
+        item.trajectories.output = {5, 6, 7, 8};
         experiments::EngineRecord& e = item.results.engine.emplace();
         e.engine = "vllm";
         e.dtype = "bf16";
@@ -217,7 +217,7 @@ TEST_F(ImportedRunTest, OpensLikeAnyOtherRunAndLocatesAClickedStep) {
     EXPECT_TRUE(window.showsTrajectory());
     TrajectoryView* view = window.trajectoryView();
     const auto& cells = view->pane()->cells();
-    ASSERT_EQ(cells.size(), first.trajectories.at("prompt").size() + 12);
+    ASSERT_EQ(cells.size(), first.trajectories.prompt.value().size() + 12);
     EXPECT_FALSE(cells.back().token.text.startsWith(QLatin1Char('#'))) << "the tokenizer's text, not the id";
     EXPECT_EQ(view->strip()->deltas().size(), 12u);
 
@@ -285,7 +285,7 @@ TEST_F(ImportedRunTest, TheBatchProtocolsItemsShowEachSizesContinuationBesideAlo
     ASSERT_EQ(panes.size(), 4u) << "invariant and torch kernels, alone and a batch of 2";
     const std::vector<std::string> order = {"invariant/1", "invariant/2", "torch/1", "torch/2"};
     for (std::size_t k = 0; k < panes.size(); ++k) {
-        const auto& ids = item->trajectories.at("batch/" + order[k]);
+        const auto& ids = item->trajectories.batch.at("batch/" + order[k]);
         ASSERT_EQ(panes[k]->cells().size(), ids.size()) << order[k];
         for (std::size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(panes[k]->cells()[i].token.id, ids[i]) << order[k];
     }

@@ -53,9 +53,9 @@ std::string importedLedger(const std::string& path, int count, const std::string
     std::string lines;
     for (int k = 0; k < count; ++k) {
         const experiments::ItemRecord& item = f.items.at(static_cast<std::size_t>(k));
-        const std::vector<int64_t>& trace = item.trajectories.at("trace");
+        const std::vector<int64_t>& trace = item.trajectories.trace.value();
         const std::vector<int64_t> output(trace.begin(), trace.begin() + 12);
-        lines += nlohmann::json{{"id", item.itemId},       {"prompt_ids", item.trajectories.at("prompt")},
+        lines += nlohmann::json{{"id", item.itemId},       {"prompt_ids", item.trajectories.prompt.value()},
                                 {"output_ids", output},    {"logprobs", std::vector<double>(output.size(), -0.25)},
                                 {"top_logprobs", nullptr}, {"engine", "test-engine"},
                                 {"dtype", "bf16"},         {"batch_size", k % 2 ? 8 : 1},

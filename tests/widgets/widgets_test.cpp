@@ -162,7 +162,7 @@ TEST_F(MainWindowTest, ShowsWhatTheLedgerSaysForTheSelectedItem) {
         // The decode panes: the divergence index is the ledger's, highlighted in both panes.
         const int ledgerDivergence = item_results::firstDivergence(record);
         EXPECT_EQ(window.decodeView()->divergenceIndex(), ledgerDivergence) << record.itemId;
-        const auto& suffix = record.trajectories.at("suffix_live");
+        const auto& suffix = record.trajectories.suffixLive.value();
         const auto& prefixCells = window.decodeView()->livePane()->cells();
         const std::size_t prefixLength = prefixCells.size() - suffix.size();
         for (std::size_t i = 0; i < suffix.size(); ++i) ASSERT_EQ(prefixCells[prefixLength + i].token.id, suffix[i]);
@@ -180,7 +180,7 @@ TEST_F(MainWindowTest, ShowsWhatTheLedgerSaysForTheSelectedItem) {
 
         // The heatmap: layers x prefix positions, values equal to an independent rebuild of the caches.
         const Transformer model = Transformer::load(f.model, torch::kBFloat16, torch::kCPU);
-        const auto& prompt = record.trajectories.at("prompt");
+        const auto& prompt = record.trajectories.prompt.value();
         const int64_t boundary = record.results.trace.value().boundary.value();
         const KvCache live = buildLiveCache(model, prompt, boundary);
         const KvCache prefill =
