@@ -99,20 +99,20 @@ void addReport(CLI::App& app) {
         const Ledger ledger(o->ledger, LedgerAccess::ReadOnly);
         if (o->compare) {
             if (o->format == "csv" || !o->out.empty()) throw UsageError("--compare prints md or json only");
-            std::vector<nlohmann::json> reports;
+            std::vector<RunReport> reports;
             for (const RunInfo& r : ledger.runs())  // the studies (imported trajectories have replays instead)
                 if (!isImportedRun(r.manifest)) reports.push_back(buildReport(ledger.items(r.runId), r));
             if (reports.empty()) throw UsageError(o->ledger + " holds no run");
-            const nlohmann::json comparison = comparisonReport(reports);
-            std::cout << (o->format == "json" ? comparison.dump(2) + "\n" : comparisonMarkdown(comparison));
+            std::cout << (o->format == "json" ? comparisonReport(reports).dump(2) + "\n" : comparisonMarkdown(reports));
             return;
         }
         const std::string runId = chooseRun(ledger, o->run);
         const auto items = ledger.items(runId);
         const RunInfo run = ledger.run(runId);
         const bool imported = isImportedRun(run.manifest);
-        const nlohmann::json report = imported ? importedRunReport(items, run) : buildReport(items, run);
-        const std::string md = imported ? importedRunMarkdown(report) : reportMarkdown(report),
+        const RunReport study = imported ? RunReport() : buildReport(items, run);
+        const nlohmann::json report = imported ? importedRunReport(items, run) : toJson(study);
+        const std::string md = imported ? importedRunMarkdown(report) : reportMarkdown(study),
                           csv = imported ? importedRunCsv(report) : itemsCsv(items), json = report.dump(2) + "\n";
         std::cout << (o->format == "json" ? json : o->format == "csv" ? csv : md);
         if (!o->out.empty()) {

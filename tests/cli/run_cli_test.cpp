@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 // `kvscope run / report / audit / ledger merge` end to end, including kill -9 and resume.
 #include "experiments/ledger.h"
+
+#include "core/util/version.h"
 #include "support/smollm2_study.h"
 #include "support/test_support.h"
 
@@ -122,6 +124,8 @@ TEST(RunCli, EveryProtocolEndToEndAndTheReportKeys) {
     }
     const auto j = reportJson(db);
     EXPECT_EQ(j["matched"]["n"], 4);
+    EXPECT_EQ(j["cpu_model"], cpuModelName()) << "the machine that created the run, from its manifest";
+    EXPECT_EQ(j["cpu_model"], timing["cpu_model"]);
     for (const char* key : {"suffix_differ", "label_differ", "accuracy_live", "accuracy_prefill", "accuracy_diff",
                             "accuracy_diff_ci", "mcnemar_p", "replicas_exact"})
         EXPECT_TRUE(j["matched"].contains(key)) << key;

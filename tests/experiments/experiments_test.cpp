@@ -563,7 +563,8 @@ TEST(Protocols, TheTwoByTwoComparesEveryChosenPrecisionAndTimesEach) {
         ASSERT_EQ(items.size(), 1u);
         ASSERT_TRUE(items[0].results.fixedPrefix2x2.has_value());
         EXPECT_EQ(items[0].results.fixedPrefix2x2->byPrecision.size(), chosen.size());
-        const nlohmann::json r = buildReport(items, ledger.run(summary.runId));
+        const RunReport report = buildReport(items, ledger.run(summary.runId));
+        const nlohmann::json r = toJson(report);
         for (const std::string& p : chosen) {
             EXPECT_EQ(r["fixed_prefix_2x2"][p]["n"], 1) << kernels << " " << p;
             if (invariant) {
@@ -572,7 +573,7 @@ TEST(Protocols, TheTwoByTwoComparesEveryChosenPrecisionAndTimesEach) {
         }
         // The bf16 cell continues the main precision's prefill side: it splits exactly when matched does.
         EXPECT_EQ(r["fixed_prefix_2x2"]["bf16"]["disagree"], r["matched"]["suffix_differ"]) << kernels;
-        EXPECT_NE(reportMarkdown(r).find("| layercast | 1 | "), std::string::npos) << reportMarkdown(r);
+        EXPECT_NE(reportMarkdown(report).find("| layercast | 1 | "), std::string::npos) << reportMarkdown(report);
         const std::string csv = itemsCsv(items);
         const std::string fp16 = invariant || !cpuMultipliesFp16() ? "" : "disagree_fp16,";
         EXPECT_NE(csv.find(",seconds," + fp16 + "disagree_bf16-lmhead-fp32,disagree_layercast\n"), std::string::npos)
@@ -633,7 +634,8 @@ TEST(Protocols, TheBatchProtocolFindsNothingWithInvariantKernels) {
     }
     // Stored and read back: the same values.
     EXPECT_TRUE(sameResults(itemResultsFromJson(toJson(items[0].results), "test"), items[0].results));
-    const nlohmann::json r = buildReport(items, ledger.run(summary.runId));
+    const RunReport report = buildReport(items, ledger.run(summary.runId));
+    const nlohmann::json r = toJson(report);
     for (const char* size : {"2", "4"}) {
         EXPECT_EQ(r["batch"]["invariant"][size]["n"], 5);
         EXPECT_EQ(r["batch"]["invariant"][size]["logits_equal"], 5);
@@ -641,10 +643,10 @@ TEST(Protocols, TheBatchProtocolFindsNothingWithInvariantKernels) {
         EXPECT_TRUE(r["batch"]["invariant"][size]["first_differing_op"].is_null());
         EXPECT_EQ(r["batch"]["torch"][size]["n"], 5);
     }
-    EXPECT_NE(reportMarkdown(r).find("\n\n## batch"), std::string::npos);
-    EXPECT_EQ(reportMarkdown(r).find("## matched"), std::string::npos) << "a batch-only run shows no empty study";
-    EXPECT_NE(reportMarkdown(r).find("| invariant | 4 | 5 | 5 | 5 | 0 | - | - | - |"), std::string::npos)
-        << reportMarkdown(r);
+    const std::string md = reportMarkdown(report);
+    EXPECT_NE(md.find("\n\n## batch"), std::string::npos);
+    EXPECT_EQ(md.find("## matched"), std::string::npos) << "a batch-only run shows no empty study";
+    EXPECT_NE(md.find("| invariant | 4 | 5 | 5 | 5 | 0 | - | - | - |"), std::string::npos) << md;
 }
 
 // Every experiment file shipped in experiments/ is one this code reads (the demo, the SmolLM2 study,
@@ -752,7 +754,7 @@ TEST(Report, HistogramBinsHoldEveryValueOnce) {
     EXPECT_GT(margins[3].upper, 2.0);
 
     const RunInfo run{"0123456789abcdef", {{"identity", {{"config", {{"name", "bars"}}}}}}, "", 6};
-    const nlohmann::json q = buildReport(items, run)["matched"]["first_divergence"];
+    const nlohmann::json q = toJson(buildReport(items, run))["matched"]["first_divergence"];
     EXPECT_EQ(q["n"], 5);
     EXPECT_EQ(q["median"], 15);
     EXPECT_EQ(q["max"], 60);
@@ -774,7 +776,8 @@ TEST(Report, GoldenOutputForAKnownLedger) {
                 {{"identity", {{"config", {{"name", "golden"}}}, {"environment", environment}}}},
                 "2026-01-01T00:00:00Z",
                 6};
-    const nlohmann::json r = buildReport(items, run);
+    const RunReport report = buildReport(items, run);
+    const nlohmann::json r = toJson(report);
     // The contract keys.
     for (const char* key : {"n", "suffix_differ", "label_differ", "accuracy_live", "accuracy_prefill", "accuracy_diff",
                             "accuracy_diff_ci", "mcnemar_p", "replicas_exact"})
@@ -790,7 +793,7 @@ TEST(Report, GoldenOutputForAKnownLedger) {
     EXPECT_EQ(r["audit"]["reproduced"], 6);
     // The golden files were written from this very input and checked by hand (accuracies 3/6 and 2/6,
     // McNemar b=2 c=1 -> p = 1, Wilson 0/6 upper 39.0%); a deliberate format change rewrites them.
-    EXPECT_EQ(reportMarkdown(r), test::readTextFile(test::testDataDir() + "/golden/report.md"));
+    EXPECT_EQ(reportMarkdown(report), test::readTextFile(test::testDataDir() + "/golden/report.md"));
     EXPECT_EQ(itemsCsv(items), test::readTextFile(test::testDataDir() + "/golden/items.csv"));
 }
 
