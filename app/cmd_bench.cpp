@@ -5,9 +5,11 @@
 #include "core/bench/benchmark.h"
 #include "core/util/huge_pages.h"
 #include "core/util/resources.h"
+#include "core/util/version.h"
 
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -46,6 +48,14 @@ std::vector<double> gigas(const std::vector<double>& perSecond) {
     std::vector<double> out;
     for (const double x : perSecond) out.push_back(x / 1e9);
     return out;
+}
+
+// The run's date (UTC), which names the measurement file it is kept as (docs/measurements/bench/).
+std::string todayUtc() {
+    const std::time_t now = std::time(nullptr);
+    char day[16];
+    std::strftime(day, sizeof day, "%Y-%m-%d", std::gmtime(&now));
+    return day;
 }
 
 nlohmann::json reportToJson(const BenchReport& r) {
@@ -96,7 +106,10 @@ nlohmann::json reportToJson(const BenchReport& r) {
                               {"adjacent_peak_gflop_per_s", positiveOrNull(k.adjacentPeakFlopsPerSecond / 1e9)},
                               {"fraction_of_adjacent_peak", fractionOf(k, k.adjacentPeakFlopsPerSecond)}});
     }
-    return {{"model", r.modelDir},
+    return {{"date", todayUtc()},
+            {"kvscope", kvscopeVersion()},
+            {"cpu_model", cpuModelName()},
+            {"model", r.modelDir},
             {"threads", r.threads},
             {"libtorch", r.libtorch},
             {"cpu_features", r.cpuFeatures},

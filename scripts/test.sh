@@ -31,10 +31,31 @@ seed_test_costs() {  # seed_test_costs PRESET
   cp "$root/tests/data/ctest-costs.txt" "$costs"
 }
 
+# Each stage's time is a measurement: at exit, passed or not, build/test-run.json holds them with the
+# CPU and the commit (scripts/measurements.py record-test-run); a run worth keeping is copied to
+# docs/measurements/cold-runs/, from which docs/MEASUREMENTS.md's table is generated.
+stage_times="$(mktemp)"
+fresh=yes
+for preset in "${presets[@]}"; do if [ -d "$root/build/$preset" ]; then fresh=no; fi; done
+record_run() {
+  local status=$?
+  mkdir -p "$root/build"
+  python3 "$root/scripts/measurements.py" record-test-run --stages "$stage_times" --seconds "$SECONDS" \
+    --status "$status" --presets "${presets[*]}" --fresh "$fresh" --where "${KVSCOPE_RUN_WHERE:-local}" \
+    --out "$root/build/test-run.json" || echo "test.sh: could not write build/test-run.json" >&2
+  rm -f "$stage_times"
+  return "$status"
+}
+trap record_run EXIT
+
 stage() {  # stage NAME COMMAND...: runs it and says how long it took
   local name="$1" start=$SECONDS
   shift
-  "$@"
+  if ! "$@"; then
+    printf '%s\tfailed\t%d\n' "$name" "$((SECONDS - start))" >>"$stage_times"
+    return 1
+  fi
+  printf '%s\tpassed\t%d\n' "$name" "$((SECONDS - start))" >>"$stage_times"
   echo "test.sh: $name took $((SECONDS - start)) s"
 }
 

@@ -82,6 +82,10 @@ TEST(Cli, BenchJsonHasEveryDtypeAndKernelsRowAndTheKernelTable) {
     ASSERT_EQ(r.exitCode, 0) << r.err;
     const auto j = nlohmann::json::parse(r.out);
     EXPECT_EQ(j["threads"], 1);
+    // What names its measurement file (docs/measurements/bench/DATE-CPU.json) and its table's CPU kind.
+    EXPECT_EQ(j["cpu_model"], cpuModelName());
+    EXPECT_EQ(j["kvscope"], kvscopeVersion());
+    EXPECT_TRUE(j["date"].is_string() && j["date"].get<std::string>().size() == 10) << j["date"];
     for (const char* key : {"read_bandwidth_gb_per_s", "triad_bandwidth_gb_per_s", "bound_bandwidth_gb_per_s",
                             "peak_pair_order_gflop_per_s", "peak_lane_order_gflop_per_s"})
         EXPECT_GT(j[key].get<double>(), 0.0) << key;
