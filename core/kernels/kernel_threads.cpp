@@ -161,6 +161,13 @@ public:
         if (failure) std::rethrow_exception(failure);
     }
 
+    // Every worker started so far asleep; waits for a call in progress to end first.
+    bool allAsleep() {
+        const std::lock_guard<std::mutex> idle(busy_);
+        return std::all_of(slots_.begin(), slots_.end(),
+                           [](const std::unique_ptr<Slot>& s) { return s->sleeping.load(std::memory_order_seq_cst); });
+    }
+
 private:
     // Part `self` from its front, a piece at a time, then what the other parts still have, from
     // their backs (the far end from where their owners are reading). Without stealing a part is one
@@ -216,16 +223,23 @@ private:
     int64_t parts_ = 0, piece_ = 0;
 };
 
+Pool& thePool() {
+    // Never destroyed: detached workers may still be spinning on it while the process exits.
+    static Pool* const pool = new Pool;
+    return *pool;
+}
+
 }  // namespace
 
 void parallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& work, int64_t steal) {
     if (n <= 0) return;
-    // Never destroyed: detached workers may still be spinning on it while the process exits.
-    static Pool* const pool = new Pool;
+    Pool* const pool = &thePool();
     if (n <= kMaxItemsPerCall) return pool->run(n, grain, steal, work);
     for (int64_t base = 0; base < n; base += kMaxItemsPerCall)
         pool->run(std::min(kMaxItemsPerCall, n - base), grain, steal,
                   [&](int64_t begin, int64_t end) { work(base + begin, base + end); });
 }
+
+bool workersAsleep() { return thePool().allAsleep(); }
 
 }  // namespace kvscope::kernels

@@ -40,4 +40,9 @@ namespace kvscope::kernels {
 void parallelFor(int64_t n, int64_t grain, const std::function<void(int64_t begin, int64_t end)>& work,
                  int64_t steal = 0);
 
+// Whether every worker the pool has started is asleep (idle for longer than it spins); waits for a
+// call in progress to end. Lets a test give work to a sleeping worker without guessing how long it
+// takes to fall asleep.
+bool workersAsleep();
+
 }  // namespace kvscope::kernels

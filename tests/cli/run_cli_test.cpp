@@ -358,22 +358,28 @@ TEST(RunCli, KilledMidRunThenResumedLosesAndRepeatsNothing) {
 
     const pid_t child = startRun(dir.file("exp.toml"), db, "12");
     ASSERT_GE(child, 0);
-    // Kill it (SIGKILL: no chance to clean up) once two items are committed.
+    // Kill it (SIGKILL: no chance to clean up) once two items are committed. The watcher stops the
+    // run before each look and lets it go on only while fewer are committed, so the run is never
+    // killed later than the look that saw two, however slowly the watcher is scheduled.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     std::size_t done = 0;
+    bool ended = false;  // reaped by the watcher's waitpid: nothing left to kill
     while (std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        if (!std::filesystem::exists(db)) continue;
-        try {  // a watcher only reads (opening to write would take part in creating the file)
-            experiments::Ledger l(db, experiments::LedgerAccess::ReadOnly);
-            const auto runs = l.runs();
-            if (!runs.empty()) done = l.finishedItems(runs.front().runId).size();
-        } catch (const std::exception&) {}
-        if (done >= 2) break;
+        int stopped = 0;
+        ::kill(child, SIGSTOP);
+        ::waitpid(child, &stopped, WUNTRACED);
+        done = finishedItemCount(db);  // read only: opening to write would take part in creating the file
+        ended = !WIFSTOPPED(stopped);
+        if (done >= 2 || ended) break;
+        ::kill(child, SIGCONT);
     }
-    ::kill(child, SIGKILL);
-    int status = 0;
-    ::waitpid(child, &status, 0);
+    if (!ended) {
+        ::kill(child, SIGKILL);
+        int status = 0;
+        ::waitpid(child, &status, 0);
+    }
+    ASSERT_FALSE(ended) << "the run ended before it could be killed";
     ASSERT_GE(done, 2u);
     ASSERT_LT(done, 12u) << "the run finished before it could be killed";
 

@@ -79,25 +79,47 @@ TEST(KernelThreads, ACallOfMoreItemsThan32BitsHoldCoversThemAll) {
     }
 }
 
+// Waits until `happened` holds, for at most 30 s (a test's thread is not scheduled forever behind
+// another); false if it never did.
+template <typename Condition>
+bool waitUntil(const Condition& happened) {
+    const auto giveUp = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!happened())
+        if (std::chrono::steady_clock::now() > giveUp)
+            return false;
+        else
+            std::this_thread::yield();
+    return true;
+}
+
 // A thread done with its part takes the rest of a slower one's, from its end; without stealing,
-// never once its owner has started it. Here the caller's part (the first half) is slow.
+// never once its owner has started it. Here the caller's part (the first half) holds at its first
+// item until the worker has done its whole part (without stealing) or taken one of the caller's
+// items (with): what it waits for happens on the worker's schedule, not on a guessed delay.
 TEST(KernelThreads, AThreadDoneEarlyTakesTheRestOfASlowerPartOnlyWhenAsked) {
     const test::ThreadCountGuard restoreThreads;
     at::set_num_threads(2);
     const std::thread::id caller = std::this_thread::get_id();
     for (const int64_t steal : {0, 1}) {
         std::vector<std::thread::id> ranOn(40);
+        std::atomic<int> elsewhere{0}, firstHalfElsewhere{0};
+        bool waited = false;
         kernels::parallelFor(
             40, 1,
             [&](int64_t begin, int64_t end) {
                 for (int64_t i = begin; i < end; ++i) {
-                    ranOn[static_cast<std::size_t>(i)] = std::this_thread::get_id();
-                    if (std::this_thread::get_id() == caller) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+                    const std::thread::id self = std::this_thread::get_id();
+                    ranOn[static_cast<std::size_t>(i)] = self;
+                    if (self != caller) {
+                        firstHalfElsewhere += i < 20;
+                        ++elsewhere;
+                    } else if (i == 0) {
+                        waited = waitUntil([&] { return steal ? firstHalfElsewhere > 0 : elsewhere == 20; });
+                    }
                 }
             },
             steal);
-        const auto firstHalfElsewhere =
-            std::count_if(ranOn.begin(), ranOn.begin() + 20, [&](std::thread::id id) { return id != caller; });
+        EXPECT_TRUE(waited) << "steal=" << steal;
         if (steal == 0) {
             EXPECT_EQ(firstHalfElsewhere, 0);
         } else {
@@ -116,8 +138,8 @@ TEST(KernelThreads, TheCallerComputesAPartWhoseWorkerHasNotStartedInsteadOfWaiti
     at::set_num_threads(2);
     const std::thread::id caller = std::this_thread::get_id();
     int callerRanEverything = 0;
-    for (int attempt = 0; attempt < 10 && callerRanEverything == 0; ++attempt) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the worker spins 5 ms, then sleeps
+    for (int attempt = 0; attempt < 50 && callerRanEverything == 0; ++attempt) {
+        ASSERT_TRUE(waitUntil(kernels::workersAsleep)) << "the idle worker never went to sleep";
         std::vector<std::thread::id> ranOn(2);
         kernels::parallelFor(2, 1, [&](int64_t begin, int64_t end) {
             for (int64_t i = begin; i < end; ++i) ranOn[static_cast<std::size_t>(i)] = std::this_thread::get_id();
@@ -125,15 +147,16 @@ TEST(KernelThreads, TheCallerComputesAPartWhoseWorkerHasNotStartedInsteadOfWaiti
         callerRanEverything += ranOn[0] == caller && ranOn[1] == caller;
     }
     EXPECT_EQ(callerRanEverything, 1);
-    // The worker the caller left out takes its parts of the calls that follow.
-    std::vector<std::thread::id> ranOn(400);
+    // The worker the caller left out takes its part of the calls that follow: the caller holds its
+    // own part until the worker has run an item.
+    std::atomic<int> elsewhere{0};
+    bool waited = false;
     kernels::parallelFor(400, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-            ranOn[static_cast<std::size_t>(i)] = std::this_thread::get_id();
-            if (std::this_thread::get_id() == caller) std::this_thread::sleep_for(std::chrono::microseconds(50));
-        }
+        if (std::this_thread::get_id() != caller) elsewhere += static_cast<int>(end - begin);
+        if (std::this_thread::get_id() == caller && begin == 0) waited = waitUntil([&] { return elsewhere > 0; });
     });
-    EXPECT_GT(std::count_if(ranOn.begin(), ranOn.end(), [&](std::thread::id id) { return id != caller; }), 0);
+    EXPECT_TRUE(waited);
+    EXPECT_GT(elsewhere, 0);
 }
 
 TEST(KernelThreads, AFailingPartReachesTheCallerAndThePoolKeepsWorking) {
