@@ -186,7 +186,8 @@ std::string decodeFetchText(int64_t bytes) {
     return "; decode weights fetched " + std::to_string(bytes) + " bytes ahead into L2";
 }
 
-void printReport(const BenchReport& r) {
+// What ran where: the libraries' and kernels' paths, the memory's bandwidth and the compute line.
+void printMachine(const BenchReport& r) {
     const std::string prefillPath =
         r.prefillPairPath == r.kernelPath ? "" : "; a bf16 prefill's linears: " + r.prefillPairPath + " path (FMAs)";
     std::printf("model: %s\nlibtorch: %s\ncpu: %s\ntorch kernels' bf16 products: oneDNN %s\n", r.modelDir.c_str(),
@@ -212,6 +213,10 @@ void printReport(const BenchReport& r) {
         "compute: pair order %.1f GFLOP/s, 16-lane order %.1f GFLOP/s (the invariant kernels' multiply-adds from "
         "registers, %d threads, best of 3)\n\n",
         r.pairFlopsPerSecond / 1e9, r.laneFlopsPerSecond / 1e9, r.threads);
+}
+
+// Each dtype and kernel choice: prefill, decode and rebuild, against the bound.
+void printThroughputTable(const BenchReport& r) {
     std::printf("%-5s %-15s %12s %12s %10s %12s %9s %10s %12s %9s\n", "dtype", "kernels", "prefill t/s", "decode t/s",
                 "decode mv", "rebuild t/s", "pf/rebld", "weights", "bound t/s", "of bound");
     for (const auto& row : r.rows) {
@@ -241,6 +246,10 @@ void printReport(const BenchReport& r) {
                        " (weights " + std::to_string(static_cast<int64_t>(row.weightBytesPerToken / 1e6)) + " MB)";
     }
     std::printf("memory on 2 MiB pages grown by loading the model: %s.\n", onHugePages.c_str());
+}
+
+// A decode step split into its linears and the rest, against the read passes around it.
+void printStepTable(const BenchReport& r) {
     std::printf("\n%-5s %-15s %10s %10s %12s %12s %10s %14s %13s\n", "dtype", "kernels", "step ms", "mean ms",
                 "linears ms", "linears GB/s", "rest ms", "adj. read GB/s", "of adj. read");
     for (const auto& row : r.rows) {
@@ -259,6 +268,10 @@ void printReport(const BenchReport& r) {
         "run's weight stream against it (both the median over the runs): how close decode comes to what the\n"
         "memory gave while it ran.\n",
         static_cast<long long>(kStepLinearsPairs), static_cast<long long>(kDecodeStepsBetweenReads));
+}
+
+// Each linear shape alone (skipped with --no-kernel-figures).
+void printKernelTable(const BenchReport& r) {
     if (r.kernelRows.empty()) return;
     std::printf("\n%-5s %-15s %-10s %-10s %5s %7s %7s %10s %10s %10s %8s %8s\n", "dtype", "kernels", "path", "linear",
                 "rows", "in", "out", "ms", "GB/s", "GFLOP/s", "of peak", "of adj.");
@@ -275,6 +288,13 @@ void printReport(const BenchReport& r) {
         "prefill; of peak: against the compute line above, in the order the row's path takes (not for\n"
         "invariant-tiles' bf16 rows: AMX's rate is not measured); of adj.: against that line's passes right\n"
         "before and after the row's calls, the larger (the VM's rate moves within minutes).\n");
+}
+
+void printReport(const BenchReport& r) {
+    printMachine(r);
+    printThroughputTable(r);
+    printStepTable(r);
+    printKernelTable(r);
 }
 
 }  // namespace

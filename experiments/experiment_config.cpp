@@ -170,21 +170,8 @@ std::string resolve(const fs::path& base, const std::string& p, const std::strin
     }
 }
 
-}  // namespace
-
-ExperimentConfig ExperimentConfig::load(const std::string& path) {
-    toml::table root;
-    try {
-        root = toml::parse_file(path);
-    } catch (const toml::parse_error& e) {
-        throw ConfigError(path + ": " + std::string(e.description()) + " (line " +
-                          std::to_string(e.source().begin.line) + ")");
-    }
-    ExperimentConfig c;
-    c.sourcePath = fs::weakly_canonical(path).string();  // parse_file just read it: a usable name
-    c.protocols = {allProtocols().begin(), allProtocols().end()};
-    const fs::path base = fs::path(c.sourcePath).parent_path();
-
+// Every table of the file is a known section ([model.generate] the only table inside one).
+void checkSections(const toml::table& root, const std::string& path) {
     if (const toml::table* m = root["model"].as_table())
         for (const auto& [key, value] : *m)
             if (value.is_table() && key.str() != "generate")
@@ -194,11 +181,46 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
     for (const auto& [key, value] : root)
         if (value.is_table() && !sections.count(std::string(key.str())))
             throw ConfigError(path + ": unknown section [" + std::string(key.str()) + "]");
-    Table top(&root, "", path);
-    top.read("name", c.name);
-    top.rejectUnknown();
-    if (c.name.empty()) c.name = fs::path(path).stem().string();
+}
 
+// [model.generate]: a deterministic test model's shape, checked here so the message names this
+// file (the generated config.json is checked again on load).
+void readGenerateSection(const toml::table* table, const std::string& path, ExperimentConfig& c) {
+    Table gen(table, "model.generate.", path);
+    std::string arch = "qwen2";
+    int64_t seed = 0, hidden = 64, layers = 2, heads = 4, kvHeads = 2, intermediate = 128;
+    gen.read("arch", arch);
+    gen.read("seed", seed);
+    gen.read("hidden_size", hidden);
+    gen.read("layers", layers);
+    gen.read("heads", heads);
+    gen.read("kv_heads", kvHeads);
+    gen.read("intermediate_size", intermediate);
+    gen.rejectUnknown();
+    requireOneOf(path, "model.generate.arch", arch, {"qwen2", "llama", "qwen3"});
+    using Bound = std::tuple<const char*, int64_t, int64_t>;  // field, value, largest allowed
+    for (const auto& [key, value, most] :
+         {Bound{"hidden_size", hidden, 8192}, Bound{"layers", layers, 256}, Bound{"heads", heads, 256},
+          Bound{"kv_heads", kvHeads, 256}, Bound{"intermediate_size", intermediate, 65536}})
+        if (value < 1 || value > most)
+            gen.fail(key,
+                     "must be an integer from 1 to " + std::to_string(most) + " (is " + std::to_string(value) + ")");
+    if (heads % kvHeads != 0) gen.fail("kv_heads", "must divide heads");
+    if (hidden % heads != 0 || (hidden / heads) % 2 != 0)
+        gen.fail("hidden_size", "must be heads times an even head size");
+    c.generateModel = true;
+    c.generateSpec = {{"arch", arch},
+                      {"seed", seed},
+                      {"hidden_size", hidden},
+                      {"layers", layers},
+                      {"heads", heads},
+                      {"kv_heads", kvHeads},
+                      {"intermediate_size", intermediate}};
+}
+
+// [model]: where the model is (a folder or .gguf file, or a catalog name), its dtypes, device,
+// kernels and threads; relative paths against the file's folder `base`.
+void readModelSection(const toml::table& root, const fs::path& base, const std::string& path, ExperimentConfig& c) {
     Table model(root["model"].as_table(), "model.", path);
     model.read("dir", c.modelDir);
     model.read("catalog", c.modelCatalog);
@@ -214,39 +236,7 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
     c.kernels = parseKernels(kernels);
     if (isInvariant(c.kernels) && c.device != "cpu")
         model.fail("kernels", "\"" + kernels + "\" runs on the CPU only (device is \"" + c.device + "\")");
-    if (const toml::table* g = root["model"]["generate"].as_table()) {
-        Table gen(g, "model.generate.", path);
-        std::string arch = "qwen2";
-        int64_t seed = 0, hidden = 64, layers = 2, heads = 4, kvHeads = 2, intermediate = 128;
-        gen.read("arch", arch);
-        gen.read("seed", seed);
-        gen.read("hidden_size", hidden);
-        gen.read("layers", layers);
-        gen.read("heads", heads);
-        gen.read("kv_heads", kvHeads);
-        gen.read("intermediate_size", intermediate);
-        gen.rejectUnknown();
-        requireOneOf(path, "model.generate.arch", arch, {"qwen2", "llama", "qwen3"});
-        // Checked here so the message names this file; the generated config.json is checked again on load.
-        using Bound = std::tuple<const char*, int64_t, int64_t>;  // field, value, largest allowed
-        for (const auto& [key, value, most] :
-             {Bound{"hidden_size", hidden, 8192}, Bound{"layers", layers, 256}, Bound{"heads", heads, 256},
-              Bound{"kv_heads", kvHeads, 256}, Bound{"intermediate_size", intermediate, 65536}})
-            if (value < 1 || value > most)
-                gen.fail(key, "must be an integer from 1 to " + std::to_string(most) + " (is " + std::to_string(value) +
-                                  ")");
-        if (heads % kvHeads != 0) gen.fail("kv_heads", "must divide heads");
-        if (hidden % heads != 0 || (hidden / heads) % 2 != 0)
-            gen.fail("hidden_size", "must be heads times an even head size");
-        c.generateModel = true;
-        c.generateSpec = {{"arch", arch},
-                          {"seed", seed},
-                          {"hidden_size", hidden},
-                          {"layers", layers},
-                          {"heads", heads},
-                          {"kv_heads", kvHeads},
-                          {"intermediate_size", intermediate}};
-    }
+    if (const toml::table* g = root["model"]["generate"].as_table()) readGenerateSection(g, path, c);
     if (!c.modelCatalog.empty()) {
         if (!c.modelDir.empty()) model.fail("catalog", "and model.dir both name the model: give one");
         try {
@@ -260,8 +250,10 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
     }
     if (c.dtypes.empty()) model.fail("dtypes", "must name at least one dtype");
     for (const auto& d : c.dtypes) requireOneOf(path, "model.dtypes", d, {"fp32", "bf16", "fp16"});
+}
 
-    Table data(root["dataset"].as_table(), "dataset.", path);
+void readDatasetSection(const toml::table* table, const fs::path& base, const std::string& path, ExperimentConfig& c) {
+    Table data(table, "dataset.", path);
     data.read("path", c.datasetPath);
     std::string chatTemplate = choiceName(c.chatTemplate);
     data.read("chat_template", chatTemplate);
@@ -270,8 +262,10 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
     c.datasetPath = resolve(base, c.datasetPath, path, "dataset.path");
     c.chatTemplate = readChoice(path, "dataset.chat_template", chatTemplate,
                                 {ChatTemplate::Auto, ChatTemplate::Plain, ChatTemplate::ChatML, ChatTemplate::Llama3});
+}
 
-    Table gen(root["generation"].as_table(), "generation.", path);
+void readGenerationSection(const toml::table* table, const std::string& path, ExperimentConfig& c) {
+    Table gen(table, "generation.", path);
     gen.read("max_new_tokens", c.maxNewTokens);
     gen.readArray("stop", c.stopStrings);
     gen.read("ignore_eos", c.ignoreEos);
@@ -286,8 +280,10 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
     if (!(c.sampling.temperature >= 0)) gen.fail("temperature", "must be >= 0 (0 is greedy)");
     if (c.sampling.topK < 0) gen.fail("top_k", "must be >= 0 (0 is all tokens)");
     if (!(c.sampling.topP > 0 && c.sampling.topP <= 1)) gen.fail("top_p", "must be in (0, 1]");
+}
 
-    Table boundary(root["boundary"].as_table(), "boundary.", path);
+void readBoundarySection(const toml::table* table, const std::string& path, ExperimentConfig& c) {
+    Table boundary(table, "boundary.", path);
     std::string rule = choiceName(c.boundaryRule);
     boundary.read("rule", rule);
     boundary.read("marker", c.boundaryMarker);
@@ -302,25 +298,29 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
         boundary.fail("marker", "must not be empty");
     if (c.boundaryRule == BoundaryRule::Fraction && (c.boundaryFraction <= 0 || c.boundaryFraction >= 1))
         boundary.fail("fraction", "must be strictly between 0 and 1");
+}
 
-    Table answer(root["answer"].as_table(), "answer.", path);
+void readAnswerSection(const toml::table* table, const std::string& path, ExperimentConfig& c) {
+    Table answer(table, "answer.", path);
     std::string extract = choiceName(c.answerExtract);
     answer.read("extract", extract);
     answer.read("regex", c.answerRegex);
     answer.rejectUnknown();
     c.answerExtract = readChoice(path, "answer.extract", extract,
                                  {AnswerExtraction::LastNumber, AnswerExtraction::Regex, AnswerExtraction::Boxed});
-    if (c.answerExtract == AnswerExtraction::Regex && c.answerRegex.empty())
-        answer.fail("regex", "is required when extract = \"regex\"");
-    if (c.answerExtract == AnswerExtraction::Regex) {  // found now, not after a model has generated every item
-        try {
-            const Regex compiled(c.answerRegex, false, RegexRole::Answer);
-        } catch (const FormatError& e) {
-            answer.fail("regex", "is not a valid regular expression (" + std::string(e.what()) + ")");
-        }
+    if (c.answerExtract != AnswerExtraction::Regex) return;
+    if (c.answerRegex.empty()) answer.fail("regex", "is required when extract = \"regex\"");
+    try {  // compiled now, not after a model has generated every item
+        const Regex compiled(c.answerRegex, false, RegexRole::Answer);
+    } catch (const FormatError& e) {
+        answer.fail("regex", "is not a valid regular expression (" + std::string(e.what()) + ")");
     }
+}
 
-    Table protocols(root["protocols"].as_table(), "protocols.", path);
+// [protocols]: which run (the study's unless told) and the 2x2's precisions; after [model], whose
+// kernels decide which precisions can be computed.
+void readProtocolsSection(const toml::table* table, const std::string& path, ExperimentConfig& c) {
+    Table protocols(table, "protocols.", path);
     std::vector<std::string> run;
     for (Protocol p : allProtocols()) run.push_back(choiceName(p));
     protocols.readArray("run", run);
@@ -341,21 +341,51 @@ ExperimentConfig ExperimentConfig::load(const std::string& path) {
     }
     c.protocols.clear();
     for (const auto& name : run) c.protocols.insert(readChoice(path, "protocols.run", name, knownProtocols()));
+}
 
-    Table transplant(root["transplant"].as_table(), "transplant.", path);
+void readTransplantSection(const toml::table* table, const std::string& path, ExperimentConfig& c) {
+    Table transplant(table, "transplant.", path);
     transplant.read("layers", c.transplantLayers);
     std::string parts = kvPartsName(c.transplantParts);
     transplant.read("kv", parts);
     std::string selection = choiceName(c.transplantSelection);
     transplant.read("selection", selection);
     transplant.read("sample_fraction", c.transplantSampleFraction);
-    int64_t tseed = 0;
-    transplant.read("seed", tseed);
-    c.transplantSeed = static_cast<std::uint64_t>(tseed);
+    int64_t seed = 0;
+    transplant.read("seed", seed);
+    c.transplantSeed = static_cast<std::uint64_t>(seed);
     transplant.rejectUnknown();
     c.transplantParts = readChoice(path, "transplant.kv", parts, {KvParts::Keys, KvParts::Values, KvParts::Both});
     c.transplantSelection =
         readChoice(path, "transplant.selection", selection, {TransplantSelection::All, TransplantSelection::Sample});
+}
+
+}  // namespace
+
+ExperimentConfig ExperimentConfig::load(const std::string& path) {
+    toml::table root;
+    try {
+        root = toml::parse_file(path);
+    } catch (const toml::parse_error& e) {
+        throw ConfigError(path + ": " + std::string(e.description()) + " (line " +
+                          std::to_string(e.source().begin.line) + ")");
+    }
+    ExperimentConfig c;
+    c.sourcePath = fs::weakly_canonical(path).string();  // parse_file just read it: a usable name
+    c.protocols = {allProtocols().begin(), allProtocols().end()};
+    const fs::path base = fs::path(c.sourcePath).parent_path();
+    checkSections(root, path);
+    Table top(&root, "", path);
+    top.read("name", c.name);
+    top.rejectUnknown();
+    if (c.name.empty()) c.name = fs::path(path).stem().string();
+    readModelSection(root, base, path, c);
+    readDatasetSection(root["dataset"].as_table(), base, path, c);
+    readGenerationSection(root["generation"].as_table(), path, c);
+    readBoundarySection(root["boundary"].as_table(), path, c);
+    readAnswerSection(root["answer"].as_table(), path, c);
+    readProtocolsSection(root["protocols"].as_table(), path, c);
+    readTransplantSection(root["transplant"].as_table(), path, c);
     readBatchSection(root["batch"].as_table(), path, c);
     return c;
 }

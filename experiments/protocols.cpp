@@ -322,6 +322,49 @@ LocalizeResult runLocalize(const ItemContext& ctx, const Prefix& p, const KvCach
     return LocalizeResult{true, layers, parts, tests};
 }
 
+// bridge: the faithful rebuild of the live cache, token by token with torch kernels (one forward
+// with invariant ones, where that is the same thing), against the live cache's fingerprint.
+BridgeResult runBridge(const ItemContext& ctx, const Prefix& p, const KvCache& prefill, IncrementalCaches& incremental,
+                       const ItemRecord& rec) {
+    const ExperimentConfig& c = ctx.config;
+    const KvCache& rebuilt = isInvariant(c.kernels) ? prefill : incremental.get(ctx, p, c.dtypes.front());
+    return BridgeResult{fingerprintCache(rebuilt).overall == rec.fingerprints.liveCache, rebuilt.construction()};
+}
+
+// Both sides of a split item: the boundary's two caches and their continuations.
+struct SplitSides {
+    const KvCache &live, &prefill;
+    const Side &liveSide, &prefillSide;
+};
+
+// An item whose continuations split: transplant (where the run selects the item) and localize.
+void explainDivergence(const ItemContext& ctx, const std::string& itemId, const Prefix& p, const SplitSides& s,
+                       ItemRecord& rec) {
+    const ExperimentConfig& c = ctx.config;
+    if (c.runs(Protocol::Transplant) && selectedForTransplant(c, itemId))
+        rec.results.transplant = timed(
+            rec, "transplant", [&] { return runTransplant(ctx, p, s.live, s.prefill, s.liveSide, s.prefillSide); });
+    if (!c.runs(Protocol::Localize)) return;
+    rec.results.localize = timed(rec, "localize", [&] {
+        const std::optional<TransplantResult>& t = rec.results.transplant;
+        const bool sameTest = t && c.transplantLayers == "all" && c.transplantParts == KvParts::Both;
+        return runLocalize(ctx, p, s.live, s.prefill, s.liveSide,
+                           sameTest ? std::optional<bool>(t->prefillFromLive.followsDonor) : std::nullopt);
+    });
+}
+
+// --keep-caches: the boundary's live and prefill caches as files in `dir`, named in the results.
+void keepCaches(const std::string& dir, const std::string& itemId, const KvCache& live, const KvCache& prefill,
+                ItemRecord& rec) {
+    std::filesystem::create_directories(dir);
+    for (const auto& [name, cache] : {std::pair<const char*, const KvCache*>{"live", &live}, {"prefill", &prefill}}) {
+        const std::string path =
+            (std::filesystem::path(dir) / (fileNameComponent(itemId) + "." + name + ".safetensors")).string();
+        saveCache(*cache, path);
+        rec.results.caches[name] = path;
+    }
+}
+
 }  // namespace
 
 std::vector<int64_t> promptIdsFor(const ItemContext& ctx, const DatasetItem& item) {
@@ -481,42 +524,15 @@ ItemRecord runItem(const ItemContext& ctx, const DatasetItem& item, int64_t inde
     if (c.runs(Protocol::Matched) || auditByReplay) again = timed(rec, "replay", [&] { return replayItem(ctx, p); });
     if (c.runs(Protocol::Matched)) rec.results.matched = runMatched(*again, liveSide, prefillSide);
     IncrementalCaches incremental;
-    if (c.runs(
-            Protocol::
-                Bridge)) {  // the faithful rebuild: token by token with torch kernels, one forward with invariant ones
-        rec.results.bridge = timed(rec, "bridge", [&] {
-            const KvCache& rebuilt = isInvariant(c.kernels) ? prefill : incremental.get(ctx, p, c.dtypes.front());
-            return BridgeResult{fingerprintCache(rebuilt).overall == rec.fingerprints.liveCache,
-                                rebuilt.construction()};
-        });
-    }
+    if (c.runs(Protocol::Bridge))
+        rec.results.bridge = timed(rec, "bridge", [&] { return runBridge(ctx, p, prefill, incremental, rec); });
     if (c.runs(Protocol::FixedPrefix2x2))
         rec.results.fixedPrefix2x2 = runFixedPrefix2x2(ctx, p, incremental, prefillSide, rec);
-
-    if (c.runs(Protocol::Transplant) && divergent && selectedForTransplant(c, item.id))
-        rec.results.transplant =
-            timed(rec, "transplant", [&] { return runTransplant(ctx, p, live, prefill, liveSide, prefillSide); });
-    if (c.runs(Protocol::Localize) && divergent)
-        rec.results.localize = timed(rec, "localize", [&] {
-            const std::optional<TransplantResult>& t = rec.results.transplant;
-            const bool sameTest = t && c.transplantLayers == "all" && c.transplantParts == KvParts::Both;
-            return runLocalize(ctx, p, live, prefill, liveSide,
-                               sameTest ? std::optional<bool>(t->prefillFromLive.followsDonor) : std::nullopt);
-        });
+    if (divergent) explainDivergence(ctx, item.id, p, {live, prefill, liveSide, prefillSide}, rec);
     // One fingerprint over everything compared, so an audit can check the comparison as a whole.
     const std::string comparison = toJson(rec.results).dump() + json(rec.trajectories.byName()).dump();
     rec.fingerprints.comparison = sha256Hex(comparison.data(), comparison.size());
-    if (!ctx.keepCachesDir.empty()) {
-        std::filesystem::create_directories(ctx.keepCachesDir);
-        for (const auto& [name, cache] :
-             {std::pair<const char*, const KvCache*>{"live", &live}, {"prefill", &prefill}}) {
-            const std::string path =
-                (std::filesystem::path(ctx.keepCachesDir) / (fileNameComponent(item.id) + "." + name + ".safetensors"))
-                    .string();
-            saveCache(*cache, path);
-            rec.results.caches[name] = path;
-        }
-    }
+    if (!ctx.keepCachesDir.empty()) keepCaches(ctx.keepCachesDir, item.id, live, prefill, rec);
     if (c.runs(Protocol::Audit)) {  // the trajectories and caches replayed; `kvscope audit` replays every protocol too
         const auto mismatches = auditByReplay ? replayMismatches(*again, rec)
                                               : timed(rec, "audit", [&] { return auditItem(ctx, item, rec); });

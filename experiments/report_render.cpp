@@ -179,8 +179,8 @@ std::string matchedMarkdown(const MatchedSummary& m) {
     s << "\n### top-1/top-2 margin (live side)\n\n| where | n | median | p10 | p90 |\n|---|---|---|---|---|\n";
     for (const auto& [where, q] : {std::pair<const char*, const Quantiles*>{"at_divergence", &m.marginsAtDivergence},
                                    {"non_divergent", &m.marginsNonDivergent}})
-        s << "| " << where << " | " << q->n << " | " << medianText(*q) << " | "
-          << (q->n ? jsonNumber(q->p10) : "-") << " | " << (q->n ? jsonNumber(q->p90) : "-") << " |\n";
+        s << "| " << where << " | " << q->n << " | " << medianText(*q) << " | " << (q->n ? jsonNumber(q->p10) : "-")
+          << " | " << (q->n ? jsonNumber(q->p90) : "-") << " |\n";
     s << firstDivergenceMarkdown(m);
     return s.str();
 }

@@ -404,9 +404,10 @@ void comparePrefillsInTurn(const BenchReport& report, const std::deque<Transform
     }
 }
 
-BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const std::string&)>& log) {
-    BenchReport report;
-    report.modelDir = ensureModel(o, log);
+namespace {
+
+// The machine and libraries the run measures on: paths, versions, caches, pages.
+void describeMachine(BenchReport& report, const BenchOptions& o) {
     report.threads = at::get_num_threads();
     report.libtorch = libtorchVersion() + " (" + libtorchLibraryPath() + ")";
     report.cpuFeatures = cpuVectorFeatures();
@@ -419,78 +420,103 @@ BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const s
     report.lastLevelCacheBytes = lastLevelCacheBytes();
     report.bandwidthArrayBytes = streamArrayBytes(report.lastLevelCacheBytes, physicalMemoryBytes());
     report.transparentHugePages = transparentHugePagesMode();
-    // The bound is the best pass over the whole run, probed again before each row and at the end: a
-    // VM's bandwidth moves within minutes, and a bound probed only at the start (33.8 GB/s, on a Zen 4
-    // VM) read under a later row's decode (fp32 at 108% of it, its linears alone at 42.4 GB/s).
-    // The read passes between a row's decode runs count towards it too.
-    std::vector<double> readPasses;
-    auto countReadPasses = [&](const std::vector<double>& passes) {
+}
+
+// The bound is the best pass over the whole run, probed again before each row and at the end: a
+// VM's bandwidth moves within minutes, and a bound probed only at the start read under a later
+// row's decode (docs/history/measurements-0.2.md, "The remedy's speed and the study"). The read passes between a
+// row's decode runs count towards it too.
+class BoundTracker {
+public:
+    explicit BoundTracker(BenchReport& report) : report_(report), probe_(report.bandwidthArrayBytes) {}
+    const BandwidthProbe& probe() const { return probe_; }
+    void count(const std::vector<double>& passes) {
         for (const double read : passes)
-            report.readBandwidthBytesPerSecond = std::max(report.readBandwidthBytesPerSecond, read);
-        report.boundBandwidthBytesPerSecond =
-            std::max(report.readBandwidthBytesPerSecond, report.triadBandwidthBytesPerSecond);
-        report.bandwidthPasses += static_cast<int>(passes.size());
-        readPasses.insert(readPasses.end(), passes.begin(), passes.end());
-    };
-    const BandwidthProbe probe(report.bandwidthArrayBytes);
-    auto probeBandwidth = [&](int passes) {
-        const Bandwidth b = probe.measure(passes);
-        report.triadBandwidthBytesPerSecond = std::max(report.triadBandwidthBytesPerSecond, b.triad);
-        countReadPasses(b.readPasses);
-    };
+            report_.readBandwidthBytesPerSecond = std::max(report_.readBandwidthBytesPerSecond, read);
+        report_.boundBandwidthBytesPerSecond =
+            std::max(report_.readBandwidthBytesPerSecond, report_.triadBandwidthBytesPerSecond);
+        report_.bandwidthPasses += static_cast<int>(passes.size());
+        readPasses_.insert(readPasses_.end(), passes.begin(), passes.end());
+    }
+    void measure(int passes) {
+        const Bandwidth b = probe_.measure(passes);
+        report_.triadBandwidthBytesPerSecond = std::max(report_.triadBandwidthBytesPerSecond, b.triad);
+        count(b.readPasses);
+    }
+    double medianRead() const { return median(readPasses_); }
+
+private:
+    BenchReport& report_;
+    const BandwidthProbe probe_;
+    std::vector<double> readPasses_;
+};
+
+// One dtype: its weights loaded once, a row per kernel choice on those weights, their prefills in
+// turn against torch kernels'. Returns the loaded model, whose weights the caller may keep.
+Transformer measureDtype(BenchReport& report, torch::ScalarType dtype, const BenchOptions& o, BoundTracker& bound,
+                         const std::function<void(const std::string&)>& log) {
+    log("loading the model in " + dtypeName(dtype));
+    const int64_t hugeBefore = hugePageBytesInUse();
+    // Loaded as for invariant kernels on the CPU: every weight 64-byte aligned, the same for every
+    // row (torch kernels would place weights at the file's alignment, for transformers' bits).
+    Numerics placement;
+    if (o.device.is_cpu()) placement.kernels = Kernels::Invariant;
+    Transformer loaded = Transformer::load(report.modelDir, dtype, o.device, nullptr, placement);
+    const int64_t hugeAfter = hugePageBytesInUse();
+    const int64_t weightsOnHugePages =
+        hugeBefore >= 0 && hugeAfter >= 0 ? std::max<int64_t>(0, hugeAfter - hugeBefore) : -1;
+    // Spread over the vocabulary, like text (the values do not change the work a forward does).
+    std::vector<int64_t> prompt;
+    const int64_t vocab = loaded.config().vocabSize;
+    for (int64_t i = 0; i < o.promptTokens; ++i) prompt.push_back((i * 7919 + 13) % vocab);
+    std::deque<Transformer> models;  // kept for the prefills in turn below
+    const std::size_t firstRow = report.rows.size();
+    for (const Kernels k : o.kernels) {
+        Numerics numerics;
+        numerics.kernels = k;  // the same weight tensors under each kernel choice
+        const Transformer& model = models.emplace_back(loaded.config(), loaded.weights(), dtype, o.device, numerics);
+        log("measuring memory bandwidth again (" + std::to_string(kLaterBandwidthPasses) + " passes)");
+        bound.measure(kLaterBandwidthPasses);
+        BenchRow& row = report.rows.emplace_back(measureRow(model, prompt, o, bound.probe(), log));
+        bound.count(row.adjacentReadPasses);
+        row.weightBytesOnHugePages = weightsOnHugePages;
+        setComputeLine(row, model, o.promptTokens, runLine(report, prefillLine(report, model)));
+        if (o.kernelFigures) {
+            log("kernel figures (" + dtypeName(dtype) + ", " + kernelsName(k) + ")");
+            for (const KernelRow& kernelRow : measureKernels(report, model, o.promptTokens))
+                report.kernelRows.push_back(kernelRow);
+        }
+    }
+    const auto torchAt = std::find(o.kernels.begin(), o.kernels.end(), Kernels::Torch);
+    if (torchAt != o.kernels.end() && o.kernels.size() > 1) {
+        log("prefill under each kernel choice in turn, " + std::to_string(kPrefillRoundsInTurn) +
+            " rounds after an untimed one (" + dtypeName(dtype) + ")");
+        comparePrefillsInTurn(report, models, static_cast<std::size_t>(torchAt - o.kernels.begin()), prompt, o,
+                              report.rows.data() + firstRow);
+    }
+    return loaded;
+}
+
+}  // namespace
+
+BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const std::string&)>& log) {
+    BenchReport report;
+    report.modelDir = ensureModel(o, log);
+    describeMachine(report, o);
+    BoundTracker bound(report);
     log("measuring memory bandwidth (read and triad, " + std::to_string(report.threads) + " threads, arrays of " +
         std::to_string(report.bandwidthArrayBytes >> 20) + " MiB)");
-    probeBandwidth(kFirstBandwidthPasses);
+    bound.measure(kFirstBandwidthPasses);
     log("measuring the invariant kernels' multiply-add rate (" + report.kernelPath + " path)");
     report.pairFlopsPerSecond = measureMultiplyAdds(true);
     report.laneFlopsPerSecond = measureMultiplyAdds(false);
-
     // Each dtype's weights stay until the end of the run while they take little of the memory: freed
     // between dtypes, they would go back to the kernel while the next dtype's rows run (the reason
     // BandwidthProbe keeps its arrays).
     std::vector<Weights> keptWeights;
     double keptBytes = 0;
     for (const auto dtype : o.dtypes) {
-        log("loading the model in " + dtypeName(dtype));
-        const int64_t hugeBefore = hugePageBytesInUse();
-        // Loaded as for invariant kernels on the CPU: every weight 64-byte aligned, the same for every
-        // row (torch kernels would place weights at the file's alignment, for transformers' bits).
-        Numerics placement;
-        if (o.device.is_cpu()) placement.kernels = Kernels::Invariant;
-        const Transformer loaded = Transformer::load(report.modelDir, dtype, o.device, nullptr, placement);
-        const int64_t hugeAfter = hugePageBytesInUse();
-        const int64_t weightsOnHugePages =
-            hugeBefore >= 0 && hugeAfter >= 0 ? std::max<int64_t>(0, hugeAfter - hugeBefore) : -1;
-        // Spread over the vocabulary, like text (the values do not change the work a forward does).
-        std::vector<int64_t> prompt;
-        const int64_t vocab = loaded.config().vocabSize;
-        for (int64_t i = 0; i < o.promptTokens; ++i) prompt.push_back((i * 7919 + 13) % vocab);
-        std::deque<Transformer> models;  // kept for the prefills in turn below
-        const std::size_t firstRow = report.rows.size();
-        for (const Kernels k : o.kernels) {
-            Numerics numerics;
-            numerics.kernels = k;  // the same weight tensors under each kernel choice
-            const Transformer& model =
-                models.emplace_back(loaded.config(), loaded.weights(), dtype, o.device, numerics);
-            log("measuring memory bandwidth again (" + std::to_string(kLaterBandwidthPasses) + " passes)");
-            probeBandwidth(kLaterBandwidthPasses);
-            BenchRow& row = report.rows.emplace_back(measureRow(model, prompt, o, probe, log));
-            countReadPasses(row.adjacentReadPasses);
-            row.weightBytesOnHugePages = weightsOnHugePages;
-            setComputeLine(row, model, o.promptTokens, runLine(report, prefillLine(report, model)));
-            if (o.kernelFigures) {
-                log("kernel figures (" + dtypeName(dtype) + ", " + kernelsName(k) + ")");
-                for (const KernelRow& kernelRow : measureKernels(report, model, o.promptTokens))
-                    report.kernelRows.push_back(kernelRow);
-            }
-        }
-        const auto torchAt = std::find(o.kernels.begin(), o.kernels.end(), Kernels::Torch);
-        if (torchAt != o.kernels.end() && o.kernels.size() > 1) {
-            log("prefill under each kernel choice in turn, " + std::to_string(kPrefillRoundsInTurn) +
-                " rounds after an untimed one (" + dtypeName(dtype) + ")");
-            comparePrefillsInTurn(report, models, static_cast<std::size_t>(torchAt - o.kernels.begin()), prompt, o,
-                                  report.rows.data() + firstRow);
-        }
+        const Transformer loaded = measureDtype(report, dtype, o, bound, log);
         const double bytes = weightBytes(loaded);
         if (keptBytes + bytes <= static_cast<double>(physicalMemoryBytes()) / 4) {
             keptWeights.push_back(loaded.weights());
@@ -498,8 +524,8 @@ BenchReport runBenchmark(const BenchOptions& o, const std::function<void(const s
         }
     }
     log("measuring memory bandwidth a last time (" + std::to_string(kLaterBandwidthPasses) + " passes)");
-    probeBandwidth(kLaterBandwidthPasses);
-    report.readBandwidthMedianBytesPerSecond = median(readPasses);
+    bound.measure(kLaterBandwidthPasses);
+    report.readBandwidthMedianBytesPerSecond = bound.medianRead();
     for (BenchRow& row : report.rows)
         row.boundTokensPerSecond = report.boundBandwidthBytesPerSecond / row.weightBytesPerToken;
     return report;

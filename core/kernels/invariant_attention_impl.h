@@ -10,6 +10,10 @@
 namespace kvscope::kernels::impl {
 namespace {
 
+// Each instruction set's file compiles these templates in its own anonymous namespace (other
+// target flags, other code) and instantiates the ones its kernels use: the rest are unused there.
+// NOLINTBEGIN(clang-diagnostic-unused-template)
+
 // e^x, the same operations on every path: the kernels call no C library's expf, whose bits differ
 // between libraries (and in glibc between its FMA and SSE2 variants, picked by CPU). x = n ln2 + r
 // with n = nearest(x log2e) (adding 1.5 * 2^23 rounds it), r by two FMAs (Cody and Waite's split
@@ -329,5 +333,6 @@ void attention(const AttentionArgs<Element>& a, int64_t begin, int64_t end, floa
     }
 }
 
+// NOLINTEND(clang-diagnostic-unused-template)
 }  // namespace
 }  // namespace kvscope::kernels::impl

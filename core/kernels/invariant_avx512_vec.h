@@ -22,6 +22,9 @@ struct NativePairs {
 };
 #endif
 
+// The vector type of every AVX-512 file (its own anonymous namespace there, compiled for its
+// target); each uses the members its kernels need (invariant_amx.cpp the transpose alone).
+// NOLINTBEGIN(clang-diagnostic-unused-member-function)
 struct Avx512Vec {
     // 32 registers: a 4 x 4 tile holds 16 accumulators + 4 x rows + the weight rows being loaded.
     // A decode row takes one weight row at a time, in either order, with no tile fetching the next
@@ -203,5 +206,6 @@ Avx512Vec NativePairs::dot(const Chunk& x, const Chunk& w, const Avx512Vec& acc)
 }
 #endif
 
+// NOLINTEND(clang-diagnostic-unused-member-function)
 }  // namespace
 }  // namespace kvscope::kernels

@@ -11,6 +11,10 @@
 namespace kvscope::kernels::impl {
 namespace {
 
+// Each instruction set's file compiles these templates in its own anonymous namespace (other
+// target flags, other code) and instantiates the ones its kernels use: the rest are unused there.
+// NOLINTBEGIN(clang-diagnostic-unused-template)
+
 // Element = uint16_t: bf16 bits, read widened (exact) and written rounded; float: as is.
 template <typename V, typename Element>
 void storeAs(const V& v, Element* out) {
@@ -107,5 +111,6 @@ void rope(const Element* x, Element* out, int64_t rows, int64_t heads, int64_t D
         }
 }
 
+// NOLINTEND(clang-diagnostic-unused-template)
 }  // namespace
 }  // namespace kvscope::kernels::impl

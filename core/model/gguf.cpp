@@ -144,6 +144,104 @@ bool isGgufFile(const std::string& path) {
     return isGgufPath(path) && !std::filesystem::is_directory(path, error);
 }
 
+namespace {
+
+// general.alignment, where the file sets it: a power of two up to 64 KiB (32 otherwise).
+std::uint64_t dataAlignment(const nlohmann::json& metadata, Cursor& in) {
+    if (!metadata.contains("general.alignment")) return 32;
+    const auto& a = metadata["general.alignment"];
+    if (!a.is_number_unsigned() || a.get<std::uint64_t>() == 0 || a.get<std::uint64_t>() > 65536 ||
+        (a.get<std::uint64_t>() & (a.get<std::uint64_t>() - 1)) != 0)
+        in.fail("metadata 'general.alignment'", "expected a power of two up to 65536, got " + a.dump(), 0);
+    return a.get<std::uint64_t>();
+}
+
+// A tensor's shape as the table gives it (ne[0] first): 1 to 4 dimensions, none 0, at most
+// kMaxTensorElements elements in all.
+std::vector<std::int64_t> readShape(Cursor& in, const std::string& named, std::size_t dimsAt) {
+    const auto dims = in.read<std::uint32_t>(named + " (dimensions)");
+    if (dims == 0 || dims > kMaxDims) in.fail(named, std::to_string(dims) + " dimensions (expected 1 to 4)", dimsAt);
+    std::vector<std::int64_t> ne;
+    std::int64_t elements = 1;
+    for (std::uint32_t d = 0; d < dims; ++d) {
+        const std::size_t at = in.offset();
+        const auto n = in.read<std::uint64_t>(named + " (ne[" + std::to_string(d) + "])");
+        if (n == 0 || n > static_cast<std::uint64_t>(kMaxTensorElements) ||
+            elements > kMaxTensorElements / static_cast<std::int64_t>(n))
+            in.fail(named,
+                    "dimension " + std::to_string(d) + " of " + std::to_string(n) + " (a tensor has 1 to " +
+                        std::to_string(kMaxTensorElements) + " elements)",
+                    at);
+        elements *= static_cast<std::int64_t>(n);
+        ne.push_back(static_cast<std::int64_t>(n));
+    }
+    return ne;
+}
+
+// Tensor `i` of the table: name, shape, type (one kvscope dequantizes, in whole blocks per row) and
+// its data offset (a multiple of the alignment), which `offset` receives.
+GgufTensorInfo readTensorInfo(Cursor& in, std::uint64_t i, std::uint64_t alignment, std::uint64_t& offset) {
+    GgufTensorInfo t;
+    t.name = in.string("tensor " + std::to_string(i) + " (name)", kMaxKeyBytes);
+    const std::string named = "tensor '" + t.name + "'";
+    const std::size_t dimsAt = in.offset();
+    t.ne = readShape(in, named, dimsAt);
+    const std::size_t typeAt = in.offset();
+    const auto type = in.read<std::uint32_t>(named + " (type)");
+    const GgmlTypeTraits* traits = ggmlTypeTraits(type);
+    if (!traits)
+        in.fail(named,
+                "tensor type " + ggmlTypeName(type) +
+                    " (kvscope dequantizes F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)",
+                typeAt);
+    if (t.ne[0] % traits->blockSize != 0)
+        in.fail(named,
+                "rows of " + std::to_string(t.ne[0]) + " elements are not whole " + traits->name + " blocks of " +
+                    std::to_string(traits->blockSize),
+                dimsAt);
+    std::int64_t elements = 1;
+    for (const std::int64_t n : t.ne) elements *= n;
+    t.type = static_cast<GgmlType>(type);
+    t.bytes = static_cast<std::size_t>(elements / traits->blockSize * traits->blockBytes);
+    const std::size_t offsetAt = in.offset();
+    offset = in.read<std::uint64_t>(named + " (offset)");
+    if (offset % alignment != 0)
+        in.fail(named,
+                "data offset " + std::to_string(offset) + " is not a multiple of the alignment " +
+                    std::to_string(alignment),
+                offsetAt);
+    return t;
+}
+
+struct Placed {
+    std::uint64_t offset;  // in the data section
+    std::size_t index;     // in the tensor table
+};
+
+// Each tensor's bytes inside the data section (which starts at `dataStart` of a file of `fileSize`
+// bytes), none overlapping another; sets their file offsets.
+void placeTensorData(std::vector<GgufTensorInfo>& tensors, std::vector<Placed> placed, std::size_t dataStart,
+                     std::size_t fileSize, const std::string& path) {
+    const std::size_t dataBytes = fileSize > dataStart ? fileSize - dataStart : 0;
+    std::sort(placed.begin(), placed.end(), [](const Placed& a, const Placed& b) { return a.offset < b.offset; });
+    std::uint64_t previousEnd = 0;
+    std::string previousName;
+    for (const Placed& p : placed) {
+        GgufTensorInfo& t = tensors[p.index];
+        if (p.offset > dataBytes || t.bytes > dataBytes - p.offset)
+            throw FormatError(path + ": GGUF tensor '" + t.name + "': its " + std::to_string(t.bytes) +
+                              " bytes at data offset " + std::to_string(p.offset) + " run past the end of the file (" +
+                              std::to_string(dataBytes) + " bytes of data)");
+        if (p.offset < previousEnd)
+            throw FormatError(path + ": GGUF tensor '" + t.name + "' overlaps tensor '" + previousName + "'");
+        previousEnd = p.offset + t.bytes;
+        previousName = t.name;
+        t.fileOffset = dataStart + p.offset;
+    }
+}
+
+}  // namespace
+
 GgufFile::GgufFile(const std::string& path) : file_(path) {
     Cursor in(file_.data(), file_.size(), path);
     if (file_.size() < 4 || std::memcmp(file_.data(), "GGUF", 4) != 0)
@@ -156,7 +254,6 @@ GgufFile::GgufFile(const std::string& path) : file_(path) {
     const auto metadataCount = in.read<std::uint64_t>("metadata count");
     if (metadataCount > in.left())
         in.fail("metadata count", std::to_string(metadataCount) + " entries cannot fit in the file", 16);
-
     for (std::uint64_t i = 0; i < metadataCount; ++i) {
         const std::size_t where = in.offset();
         const std::string key = in.string("metadata key " + std::to_string(i), kMaxKeyBytes);
@@ -165,90 +262,21 @@ GgufFile::GgufFile(const std::string& path) : file_(path) {
         const auto type = in.read<std::uint32_t>("metadata '" + key + "' (type)");
         metadata_[key] = readValue(in, type, "metadata '" + key + "'", 0);
     }
-
-    std::uint64_t alignment = 32;
-    if (metadata_.contains("general.alignment")) {
-        const auto& a = metadata_["general.alignment"];
-        if (!a.is_number_unsigned() || a.get<std::uint64_t>() == 0 || a.get<std::uint64_t>() > 65536 ||
-            (a.get<std::uint64_t>() & (a.get<std::uint64_t>() - 1)) != 0)
-            in.fail("metadata 'general.alignment'", "expected a power of two up to 65536, got " + a.dump(), 0);
-        alignment = a.get<std::uint64_t>();
-    }
-
+    const std::uint64_t alignment = dataAlignment(metadata_, in);
     if (tensorCount > in.left())
         in.fail("tensor count", std::to_string(tensorCount) + " tensors cannot fit in the file", 8);
-    struct Placed {
-        std::uint64_t offset;
-        std::size_t index;
-    };
     std::vector<Placed> placed;
     for (std::uint64_t i = 0; i < tensorCount; ++i) {
-        GgufTensorInfo t;
-        const std::string field = "tensor " + std::to_string(i);
-        t.name = in.string(field + " (name)", kMaxKeyBytes);
-        const std::string named = "tensor '" + t.name + "'";
-        const std::size_t dimsAt = in.offset();
-        const auto dims = in.read<std::uint32_t>(named + " (dimensions)");
-        if (dims == 0 || dims > kMaxDims)
-            in.fail(named, std::to_string(dims) + " dimensions (expected 1 to 4)", dimsAt);
-        std::int64_t elements = 1;
-        for (std::uint32_t d = 0; d < dims; ++d) {
-            const std::size_t at = in.offset();
-            const auto n = in.read<std::uint64_t>(named + " (ne[" + std::to_string(d) + "])");
-            if (n == 0 || n > static_cast<std::uint64_t>(kMaxTensorElements) ||
-                elements > kMaxTensorElements / static_cast<std::int64_t>(n))
-                in.fail(named,
-                        "dimension " + std::to_string(d) + " of " + std::to_string(n) + " (a tensor has 1 to " +
-                            std::to_string(kMaxTensorElements) + " elements)",
-                        at);
-            elements *= static_cast<std::int64_t>(n);
-            t.ne.push_back(static_cast<std::int64_t>(n));
-        }
-        const std::size_t typeAt = in.offset();
-        const auto type = in.read<std::uint32_t>(named + " (type)");
-        const GgmlTypeTraits* traits = ggmlTypeTraits(type);
-        if (!traits)
-            in.fail(named,
-                    "tensor type " + ggmlTypeName(type) +
-                        " (kvscope dequantizes F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)",
-                    typeAt);
-        if (t.ne[0] % traits->blockSize != 0)
-            in.fail(named,
-                    "rows of " + std::to_string(t.ne[0]) + " elements are not whole " + traits->name + " blocks of " +
-                        std::to_string(traits->blockSize),
-                    dimsAt);
-        t.type = static_cast<GgmlType>(type);
-        t.bytes = static_cast<std::size_t>(elements / traits->blockSize * traits->blockBytes);
-        const std::size_t offsetAt = in.offset();
-        const auto offset = in.read<std::uint64_t>(named + " (offset)");
-        if (offset % alignment != 0)
-            in.fail(named,
-                    "data offset " + std::to_string(offset) + " is not a multiple of the alignment " +
-                        std::to_string(alignment),
-                    offsetAt);
-        if (!tensorIndex_.emplace(t.name, tensors_.size()).second) in.fail(named, "the name appears twice", offsetAt);
+        std::uint64_t offset = 0;
+        GgufTensorInfo t = readTensorInfo(in, i, alignment, offset);
+        if (!tensorIndex_.emplace(t.name, tensors_.size()).second)
+            in.fail("tensor '" + t.name + "'", "the name appears twice", in.offset() - 8);
         placed.push_back({offset, tensors_.size()});
         tensors_.push_back(std::move(t));
     }
-
     const std::size_t dataStart = (in.offset() + alignment - 1) / alignment * alignment;
     if (dataStart > file_.size() && !tensors_.empty()) in.fail("tensor data", "the file ends before its data section");
-    const std::size_t dataBytes = file_.size() > dataStart ? file_.size() - dataStart : 0;
-    std::sort(placed.begin(), placed.end(), [](const Placed& a, const Placed& b) { return a.offset < b.offset; });
-    std::uint64_t previousEnd = 0;
-    std::string previousName;
-    for (const Placed& p : placed) {
-        GgufTensorInfo& t = tensors_[p.index];
-        if (p.offset > dataBytes || t.bytes > dataBytes - p.offset)
-            throw FormatError(path + ": GGUF tensor '" + t.name + "': its " + std::to_string(t.bytes) +
-                              " bytes at data offset " + std::to_string(p.offset) + " run past the end of the file (" +
-                              std::to_string(dataBytes) + " bytes of data)");
-        if (p.offset < previousEnd)
-            throw FormatError(path + ": GGUF tensor '" + t.name + "' overlaps tensor '" + previousName + "'");
-        previousEnd = p.offset + t.bytes;
-        previousName = t.name;
-        t.fileOffset = dataStart + p.offset;
-    }
+    placeTensorData(tensors_, std::move(placed), dataStart, file_.size(), path);
 }
 
 const GgufTensorInfo* GgufFile::find(const std::string& name) const {

@@ -183,22 +183,12 @@ json postProcessor(const std::optional<std::string>& bos, const std::optional<st
 
 }  // namespace
 
-json ggufTokenizerJson(const GgufFile& f) {
-    const std::string type = f.string("tokenizer.ggml.model");
-    if (type != "gpt2" && type != "llama")
-        throw FormatError(f.path() + ": GGUF metadata 'tokenizer.ggml.model' is '" + type +
-                          "' (kvscope builds gpt2 and llama tokenizers)");
-    const bool byteLevel = type == "gpt2";
-    const auto tokens = stringsOf(f, "tokenizer.ggml.tokens");
-    const auto types = tokenTypesOf(f, tokens.size());
+namespace {
 
-    json vocab = json::object();
-    for (std::size_t i = 0; i < tokens.size(); ++i) {
-        // A byte-level vocabulary spells every token in GPT-2's byte alphabet; one that is not (an
-        // added token written as text) is respelled from its UTF-8 bytes, as transformers does.
-        const std::string spelled = byteLevel && !allInByteAlphabet(tokens[i]) ? toByteLevel(tokens[i]) : tokens[i];
-        vocab[spelled] = static_cast<int64_t>(i);
-    }
+// The added tokens: control tokens (special) and user-defined ones, then the special ids the
+// metadata names, each once.
+json addedTokensJson(const GgufFile& f, const std::vector<std::string>& tokens, const std::vector<int64_t>& types,
+                     const json& vocab, bool byteLevel) {
     json added = json::array();
     std::set<std::size_t> addedIds;
     auto addToken = [&](std::size_t i, bool special) {
@@ -216,7 +206,64 @@ json ggufTokenizerJson(const GgufFile& f) {
         if (control || types[i] == kUserDefinedToken) addToken(i, control);
     }
     for (const std::size_t i : namedSpecialTokens(f, tokens, vocab, byteLevel)) addToken(i, true);
+    return added;
+}
 
+// gpt2 (byte-level BPE): GPT-2's byte alphabet, split first by the pre-tokenizer's pattern where
+// tokenizer.ggml.pre names one.
+void setByteLevelSteps(const GgufFile& f, json& model, json& j) {
+    model.update(
+        {{"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""}, {"fuse_unk", false}, {"byte_fallback", false}});
+    const json byteLevelStep = {
+        {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+    j["decoder"] = byteLevelStep;
+    j["pre_tokenizer"] = byteLevelStep;
+    const std::string pre = f.has("tokenizer.ggml.pre") ? f.string("tokenizer.ggml.pre") : "";
+    if (const auto pattern = splitPatternOf(pre)) {
+        json bytes = byteLevelStep;
+        bytes["use_regex"] = false;
+        j["pre_tokenizer"] = {
+            {"type", "Sequence"},
+            {"pretokenizers",
+             {{{"type", "Split"}, {"pattern", {{"Regex", *pattern}}}, {"behavior", "Isolated"}, {"invert", false}},
+              bytes}}};
+    }
+}
+
+// llama (SentencePiece BPE): U+2581 for spaces, bytes as <0xNN> tokens.
+void setSentencePieceSteps(json& model, json& j) {
+    model.update({{"continuing_subword_prefix", nullptr},
+                  {"end_of_word_suffix", nullptr},
+                  {"fuse_unk", true},
+                  {"byte_fallback", true}});
+    j["pre_tokenizer"] = {
+        {"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}, {"split", false}};
+    j["decoder"] = {{"type", "Sequence"},
+                    {"decoders",
+                     {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                      {{"type", "ByteFallback"}},
+                      {{"type", "Fuse"}},
+                      {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}};
+}
+
+}  // namespace
+
+json ggufTokenizerJson(const GgufFile& f) {
+    const std::string type = f.string("tokenizer.ggml.model");
+    if (type != "gpt2" && type != "llama")
+        throw FormatError(f.path() + ": GGUF metadata 'tokenizer.ggml.model' is '" + type +
+                          "' (kvscope builds gpt2 and llama tokenizers)");
+    const bool byteLevel = type == "gpt2";
+    const auto tokens = stringsOf(f, "tokenizer.ggml.tokens");
+    const auto types = tokenTypesOf(f, tokens.size());
+
+    json vocab = json::object();
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+        // A byte-level vocabulary spells every token in GPT-2's byte alphabet; one that is not (an
+        // added token written as text) is respelled from its UTF-8 bytes, as transformers does.
+        const std::string spelled = byteLevel && !allInByteAlphabet(tokens[i]) ? toByteLevel(tokens[i]) : tokens[i];
+        vocab[spelled] = static_cast<int64_t>(i);
+    }
     const bool addBos =
         f.has("tokenizer.ggml.add_bos_token") ? f.metadata()["tokenizer.ggml.add_bos_token"] == true : !byteLevel;
     const bool addEos = f.has("tokenizer.ggml.add_eos_token") && f.metadata()["tokenizer.ggml.add_eos_token"] == true;
@@ -231,42 +278,13 @@ json ggufTokenizerJson(const GgufFile& f) {
     json j = {{"version", "1.0"},
               {"truncation", nullptr},
               {"padding", nullptr},
-              {"added_tokens", added},
+              {"added_tokens", addedTokensJson(f, tokens, types, vocab, byteLevel)},
               {"normalizer", nullptr},
               {"post_processor", postProcessor(nameOf(addBos, bosId), nameOf(addEos, eosId), bosId, eosId)}};
-    if (byteLevel) {
-        model.update({{"continuing_subword_prefix", ""},
-                      {"end_of_word_suffix", ""},
-                      {"fuse_unk", false},
-                      {"byte_fallback", false}});
-        const json byteLevelStep = {
-            {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
-        j["decoder"] = byteLevelStep;
-        j["pre_tokenizer"] = byteLevelStep;
-        const std::string pre = f.has("tokenizer.ggml.pre") ? f.string("tokenizer.ggml.pre") : "";
-        if (const auto pattern = splitPatternOf(pre)) {
-            json bytes = byteLevelStep;
-            bytes["use_regex"] = false;
-            j["pre_tokenizer"] = {
-                {"type", "Sequence"},
-                {"pretokenizers",
-                 {{{"type", "Split"}, {"pattern", {{"Regex", *pattern}}}, {"behavior", "Isolated"}, {"invert", false}},
-                  bytes}}};
-        }
-    } else {
-        model.update({{"continuing_subword_prefix", nullptr},
-                      {"end_of_word_suffix", nullptr},
-                      {"fuse_unk", true},
-                      {"byte_fallback", true}});
-        j["pre_tokenizer"] = {
-            {"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}, {"split", false}};
-        j["decoder"] = {{"type", "Sequence"},
-                        {"decoders",
-                         {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
-                          {{"type", "ByteFallback"}},
-                          {{"type", "Fuse"}},
-                          {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}};
-    }
+    if (byteLevel)
+        setByteLevelSteps(f, model, j);
+    else
+        setSentencePieceSteps(model, j);
     j["model"] = model;
     return j;
 }

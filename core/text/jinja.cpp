@@ -524,7 +524,6 @@ public:
     }
     bool atEnd() const { return peek().type == Token::Type::End; }
     [[noreturn]] void fail(const std::string& what) const { throw FormatError(where_ + ": " + what); }
-    const std::string& where() const { return where_; }
 
 private:
     std::size_t number(const std::string& s, std::size_t i) {

@@ -301,6 +301,24 @@ AccuracyReport evaluateArithmetic(const std::string& modelDir, const std::vector
 
 namespace {
 
+// The written checkpoint's accuracy on the validation and test splits, in fp32 and in bf16.
+void evaluateCheckpoint(const fs::path& staging, const DemoRecipe& r, const std::vector<ArithProblem>& validation,
+                        const std::vector<ArithProblem>& test,
+                        const std::function<void(const TrainingProgress&)>& onProgress, TrainingResult& result) {
+    for (const std::string dtype : {"fp32", "bf16"}) {
+        auto report = [&](const char* phase, std::size_t total) {
+            return [&, phase, total](int64_t done) {
+                if (onProgress && (done % 50 == 0 || done == static_cast<int64_t>(total)))
+                    onProgress({done, static_cast<int64_t>(total), 0, 0, 0, std::string(phase) + " " + dtype});
+            };
+        };
+        result.validation.push_back(evaluateArithmetic(staging.string(), validation, dtype, r.evalMaxNewTokens,
+                                                       report("validation", validation.size())));
+        result.test.push_back(
+            evaluateArithmetic(staging.string(), test, dtype, r.evalMaxNewTokens, report("test", test.size())));
+    }
+}
+
 TrainingResult trainInto(const fs::path& staging, const fs::path& outDir, const DemoRecipe& r,
                          const std::function<void(const TrainingProgress&)>& onProgress, const std::atomic<bool>& stop,
                          int64_t reportEvery) {
@@ -370,18 +388,7 @@ TrainingResult trainInto(const fs::path& staging, const fs::path& outDir, const 
     writeCheckpoint(staging, config, model.weights());
     writeDatasetJsonl(test, "demo-test", (staging / "test.jsonl").string());
     writeDatasetJsonl(validation, "demo-val", (staging / "validation.jsonl").string());
-    for (const std::string dtype : {"fp32", "bf16"}) {
-        auto report = [&](const char* phase, std::size_t total) {
-            return [&, phase, total](int64_t done) {
-                if (onProgress && (done % 50 == 0 || done == static_cast<int64_t>(total)))
-                    onProgress({done, static_cast<int64_t>(total), 0, 0, 0, std::string(phase) + " " + dtype});
-            };
-        };
-        result.validation.push_back(evaluateArithmetic(staging.string(), validation, dtype, r.evalMaxNewTokens,
-                                                       report("validation", validation.size())));
-        result.test.push_back(
-            evaluateArithmetic(staging.string(), test, dtype, r.evalMaxNewTokens, report("test", test.size())));
-    }
+    evaluateCheckpoint(staging, r, validation, test, onProgress, result);
     result.fingerprint = Transformer::load(staging.string(), torch::kBFloat16, torch::kCPU).fingerprint();
     result.seconds = secondsSince(t0);
     writeModelCard(staging, r, config, result, countParameters(config, model.weights()), task.problem(r.seed, 0));
