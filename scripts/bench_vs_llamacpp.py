@@ -183,9 +183,9 @@ def latest_row(results):
 def table(args):
     results = [json.loads(f.read_text()) for f in args.files]
     if args.update:
-        replace_between(args.update, "llamacpp-table", tables(results), "bench_vs_llamacpp")
+        replace_between(args.update, "llamacpp-table", tables(results), "bench_vs_llamacpp", args.check)
     if args.readme:
-        replace_between(args.readme, "llamacpp-latest", latest_row(results), "bench_vs_llamacpp")
+        replace_between(args.readme, "llamacpp-latest", latest_row(results), "bench_vs_llamacpp", args.check)
     if not args.update and not args.readme:
         print(tables(results), end="")
 
@@ -207,6 +207,7 @@ def main():
     t.add_argument("files", type=Path, nargs="+")
     t.add_argument("--update", type=Path)
     t.add_argument("--readme", type=Path)
+    t.add_argument("--check", action="store_true", help="write nothing; fail where a table differs (a test)")
     args = parser.parse_args()
     if args.command == "collate":
         collate(args)

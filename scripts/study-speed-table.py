@@ -83,10 +83,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("timing", nargs="+", help="JSON files of kvscope run --timing")
     parser.add_argument("--update", metavar="DOC", help="replace the table between the markers in DOC")
+    parser.add_argument("--check", action="store_true", help="with --update: write nothing, fail where it differs")
     args = parser.parse_args()
     text = table(load(args.timing))
     if args.update:
-        replace_between(args.update, "study-speed-table", text, "study-speed-table")
+        replace_between(args.update, "study-speed-table", text, "study-speed-table", args.check)
     else:
         sys.stdout.write(text)
 
