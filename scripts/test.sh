@@ -69,8 +69,8 @@ for preset in "${presets[@]}"; do
   if [ "$preset" = torch-pip ] && [[ " ${presets[*]} " == *" dev "* ]]; then
     # The GUI suites run in dev: what they check is the Qt layer, and the engine functions its
     # worker calls run here in the core, experiments and CLI suites. Here only the GUI test that
-    # needs SmolLM2, which is fetched for this preset (260 of this stage's 2,100 test-seconds on a
-    # Zen 4 were the GUI suites).
+    # needs SmolLM2, which is fetched for this preset (the GUI suites were a large share of this stage's
+    # test-seconds: tests/data/ctest-costs.txt has their costs).
     stage "testing torch-pip (the GUI suites in dev)" ctest --preset torch-pip -j "$(nproc)" -LE widgets
     stage "testing torch-pip's GUI on SmolLM2" ctest --preset torch-pip -R '^MainWindowTest\.ARealModel'
   else
@@ -95,24 +95,23 @@ if [ $# -eq 0 ]; then
   # behaviour aborts, in the kvscope processes the CLI tests start too, whose stderr a passing test
   # would not show; without Qt, so neither the GUI nor its suites are built: those run in dev and
   # torch-pip) over the other suites. The malformed-input table (76 cases, each starting the
-  # instrumented executable: 471 s of the stage's 1,775 test-seconds at -O0 on an AVX2-only Zen 3)
-  # runs in dev and torch-pip only; the parsers it feeds are fuzzed under ASan + UBSan below. So do
-  # the `kvscope bench` tests that run whole benches: their bandwidth and compute probes (arrays of
-  # 4x the L3, best of 5) took 192 of the stage's 1,364 test-seconds on a Zen 4, and the decode-fetch
-  # test's two benches 118 of 1,195 on an Emerald Rapids (300 MiB L3), each the stage's slowest
-  # test; the bench tests that only count or size things run here. These cuts keep the cold run
-  # well inside the hour (docs/TESTING.md).
+  # instrumented executable, the largest share of the stage when it ran here) runs in dev and torch-pip only;
+  # the parsers it feeds are fuzzed under ASan + UBSan below. So do the `kvscope bench` tests that run
+  # whole benches: their bandwidth and compute probes (arrays of 4x the L3, best of 5) were each the
+  # stage's slowest test; the bench tests that only count or size things run here. These cuts keep
+  # the cold run well inside the hour (docs/TESTING.md; the cold runs' stages:
+  # docs/MEASUREMENTS.md).
   # So do the two runs of the SmolLM2 study (a 135M model through every protocol, ~1 min in a release
   # build): the protocols' code runs under ASan in the small-model runs of the same suites. And the
-  # import's refusal table and the replay's refusals (78 and 70 of the stage's 2,003 test-seconds on a
-  # Zen 4, each a dozen instrumented processes): the import's parser is fuzzed under ASan + UBSan
+  # import's refusal table and the replay's refusals (each a dozen instrumented processes): the
+  # import's parser is fuzzed under ASan + UBSan
   # (trajectories_jsonl), the replays themselves run in the other ReplayCli tests here and the
   # precisions' models in the core and experiments suites.
   # So do the CLI's other refusal tables (cache commands, bad input: one-line errors, their parsers
   # fuzzed), the tests that kill, interrupt or lock out a `kvscope run` (process life: the resumed
   # run is the run code the other tests run here), and CLI tests whose code others run here: the
   # invariant and tile-order caches (the core suite, in-process) and the shipped demo's run (RunCli's
-  # runs): 254 of the stage's 1,100 test-seconds on a Zen 4.
+  # runs): together a large share of the stage's test-seconds.
   # `scripts/test.sh asan` runs every suite the asan preset builds.
   stage "building asan" "$root/scripts/setup.sh" asan
   seed_test_costs asan

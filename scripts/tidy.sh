@@ -3,8 +3,7 @@
 # clang-tidy with the checks of .clang-tidy over every product source file (core, experiments, app,
 # widgets; not tests or fuzz harnesses), on the compile commands of the `tidy` preset: clang,
 # configured, and nothing built but libtorch's precompiled header, which clang-tidy then loads instead
-# of parsing libtorch's headers for each file (12 s a file becomes 5 on a Zen 4: parsing was 7 of
-# the 12). A header precompiled by another clang than clang-tidy's cannot be loaded, so where their
+# of parsing libtorch's headers for each file (which was most of a file's time). A header precompiled by another clang than clang-tidy's cannot be loaded, so where their
 # versions differ the files parse the headers themselves. Fails on any finding.
 #   scripts/tidy.sh [FILE...]     default: every tracked .cpp of those folders
 # Debian's clang-tidy: 14 on Debian 12, 19 on Debian 13; the checks exist in both.

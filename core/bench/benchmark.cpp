@@ -120,8 +120,8 @@ std::function<void()> decodeLinearsAlone(const Transformer& model) {
 
 // `pairs` decode steps, each followed at once by its linears alone (decodeLinearsAlone), so that
 // the two see the memory at the same rate (on a VM it moves by half between seconds; timed apart,
-// their difference came out anywhere from -26 to +27 ms): fills row's linears time and the rest of
-// a step, each the median over the pairs.
+// their difference came out either sign: docs/history/kernel-measurements.md, "Steps against their
+// linears"): fills row's linears time and the rest of a step, each the median over the pairs.
 void timeStepsAgainstTheirLinears(const Transformer& model, const KvCache& cache, const torch::Tensor& logits,
                                   int64_t pairs, BenchRow& row) {
     GreedyDecode decode(model, cache, logits);
@@ -152,9 +152,9 @@ double rebuildRate(const Transformer& model, const std::vector<int64_t>& ids) {
 
 // Greedy decode steps (GreedyDecode) in runs of kDecodeStepsBetweenReads, each run between two read
 // passes of `probe`, whose figures count towards the run's bound (`passes`). Every timed step is
-// thus bracketed by passes a few steps away: timed as one window of 32 steps instead, a bf16 decode
-// came out at 113% of the bound (23 ms a step, when every pass of the run and the steps a second
-// later saw the usual 31-38 GB/s: the window had caught a fast phase of the VM's memory alone).
+// thus bracketed by passes a few steps away: timed as one window of 32 steps instead, a decode came
+// out above the bound, the window having caught a fast phase of the VM's memory alone
+// (docs/history/kernel-measurements.md, "Decode window").
 struct DecodeRuns {
     // The median run's steps over its time, and every run's steps over their time (the passes and
     // pauses apart).

@@ -50,9 +50,8 @@ struct BenchRow {
     double prefillLinearsAtComputeLineSeconds = 0, prefillCeilingOfTorchInTurn = 0,
            prefillComputeLineFlopsPerSecond = 0;
     // The compute line around each round in turn: a pass right before the round and one right after
-    // it, the larger. A VM's arithmetic rate moves as its memory's does: the run's line, measured once
-    // at its start, read 227-419 GFLOP/s (2 threads) in six runs over two days on one Emerald Rapids
-    // VM, and a plain FMA loop 176-220 a core within one hour.
+    // it, the larger. A VM's arithmetic rate moves as its memory's does (docs/history/
+    // kernel-measurements.md, "Compute line drift").
     std::vector<double> prefillInTurnLineFlopsPerSecond;
     // Greedy steps in runs of kDecodeStepsBetweenReads between read passes that count towards the
     // bound, so that the memory is probed within a few steps of each timed one: the median run's
@@ -74,9 +73,8 @@ struct BenchRow {
     // Of those runs of decode steps: the memory's read rate around a run (the larger of its two
     // passes) and the steps' weight stream as a fraction of it, each the median over the runs.
     double adjacentReadBytesPerSecond = 0, decodeFractionOfAdjacentReads = 0;
-    // Each of those runs' time over its steps, in run order: a run the VM's host slowed shows here
-    // (one step of 60-250 ms among ~30 ms ones; one run of 4 steps at 68.7 ms a step among 35-39 ms
-    // ones took a bf16 decode from 87% of the bound to 77% as a mean), which the mean averages in.
+    // Each of those runs' time over its steps, in run order: a run the VM's host slowed shows here,
+    // which the mean averages in (docs/history/kernel-measurements.md, "Slowed decode runs").
     std::vector<double> decodeRunStepSeconds;
     // Every pass around the row's decode runs (those of decode mv too): they count towards the bound.
     std::vector<double> adjacentReadPasses;
@@ -139,15 +137,13 @@ constexpr int kFirstBandwidthPasses = 5, kLaterBandwidthPasses = 2;
 // of a 0.5B model: ~0.12 s) that the passes around it take a fifth of the time.
 constexpr int64_t kDecodeStepsBetweenReads = 4;
 // Timed prefills a row (the median is reported), after an untimed one of the same length. One
-// prefill right after a 16-token warm-up paid the first touches of every buffer the prompt sizes:
-// 512-token bf16 prefills on a Sapphire Rapids, 2 threads, three runs each, went from 742-781 to
-// 843-898 tok/s (torch kernels) and 350-357 to 369-403 (invariant); their ratio did not move.
+// prefill right after a 16-token warm-up paid the first touches of every buffer the prompt sizes
+// (docs/history/kernel-measurements.md, "Prefill warm-up").
 constexpr int kPrefillTrials = 3;
 // Rounds of prefills under each kernel choice in turn (BenchRow::prefillInTurnOfTorch), after an
 // untimed round. A row's own prefills come minutes after the torch row's, and a VM's speed moves by
-// several percent in minutes: in nine runs on one Sapphire Rapids VM torch's bf16 prefill alone
-// spanned 705-826 tok/s, the invariant one's ratio to it 45.9-50.9%. In one round both see the same
-// machine.
+// several percent in minutes (docs/history/kernel-measurements.md, "Prefills in turn"). In one
+// round both see the same machine.
 constexpr int kPrefillRoundsInTurn = 5;
 // Decode steps each timed against its linears alone (BenchRow::decodeLinearsSecondsPerStep), at
 // most --decode-tokens of them.

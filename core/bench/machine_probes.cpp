@@ -35,8 +35,8 @@ void onSlices(int64_t n, int threads, const Body& body) {
 }
 
 // About `bytes` of floats, rounded down to a multiple of 256 (onSlices' step), on the pages the
-// weights get (Transformer::load): on 4 KiB pages the same reads ran 26-34% slower on a Zen 4 VM
-// (util/huge_pages.h), which would put the bound under a decode step. Each element first touched,
+// weights get (Transformer::load): on 4 KiB pages the same reads ran slower (util/huge_pages.h),
+// which would put the bound under a decode step. Each element first touched,
 // as `value`, by the thread of `threads` that will stream its slice.
 class ProbeArray {
 public:
@@ -65,13 +65,13 @@ private:
 // runs of tiles per thread).
 double readPass(const ProbeArray& x) {
     const int threads = std::max(1, at::get_num_threads());
-    const kernels::Isa isa = kernels::bestIsa();
+    const kernels::KernelPath& path = kernels::kernelPath(kernels::bestIsa());
     std::vector<float> sinks(static_cast<std::size_t>(threads));
     double best = 0;
     for (const int64_t streams : {1, 2, 4}) {
         const auto t0 = Clock::now();
         onSlices(x.size(), threads, [&](int t, int64_t lo, int64_t hi) {
-            sinks[static_cast<std::size_t>(t)] = kernels::readAll(isa, x.data() + lo, hi - lo, streams);
+            sinks[static_cast<std::size_t>(t)] = path.readAll(x.data() + lo, hi - lo, streams);
         });
         best = std::max(best, static_cast<double>(x.size()) * sizeof(float) / secondsSince(t0));
     }
@@ -118,11 +118,9 @@ struct BandwidthProbe::Arrays {
     ProbeArray a, b, c;
 };
 
-// Why the arrays are kept: on a Zen 4 VM (Firecracker, the guest reporting free pages to the host)
-// decode steps of ~30 ms took 60-250 ms about 2 and 4.5 s after the process freed 2 GiB, and 53-74
-// ms about 2 s after it freed 300 MiB. In a throwaway loop of read passes and runs of 4 steps, with
-// the 3 x 256 MiB mapped afresh for each pass, 4 and 8 of 160 steps took over 45 ms in two runs
-// (the slowest 90 and 301 ms); with one array kept, 1 and 0 of 160 (the slowest 45 ms).
+// Why the arrays are kept: on a VM whose guest reports free pages to the host, decode steps took
+// several times as long for seconds after the process freed memory, and arrays mapped afresh for
+// each pass slowed the steps between them (docs/history/kernel-measurements.md, "Probe arrays").
 BandwidthProbe::BandwidthProbe(std::size_t bytesPerArray) {
     const int threads = std::max(1, at::get_num_threads());
     arrays_.reset(new Arrays{ProbeArray(bytesPerArray, threads, 0.f), ProbeArray(bytesPerArray, threads, 1.f),
@@ -135,14 +133,14 @@ double BandwidthProbe::readPass() const { return kvscope::readPass(arrays_->b); 
 
 Bandwidth BandwidthProbe::measure(int passes) const {
     const int threads = std::max(1, at::get_num_threads());
-    const kernels::Isa isa = kernels::bestIsa();
+    const kernels::KernelPath& path = kernels::kernelPath(kernels::bestIsa());
     const ProbeArray &a = arrays_->a, &b = arrays_->b, &c = arrays_->c;
     const int64_t n = a.size();
     Bandwidth best;
     for (int p = 0; p < passes; ++p) {
         const auto t0 = Clock::now();
         onSlices(n, threads, [&](int, int64_t lo, int64_t hi) {
-            kernels::triad(isa, a.data() + lo, b.data() + lo, c.data() + lo, 3.0f, hi - lo);
+            path.triad(a.data() + lo, b.data() + lo, c.data() + lo, 3.0f, hi - lo);
         });
         best.triad = std::max(best.triad, 3.0 * static_cast<double>(n) * sizeof(float) / secondsSince(t0));
         const double read = kvscope::readPass(b);
@@ -156,20 +154,19 @@ Bandwidth BandwidthProbe::measure(int passes) const {
 
 double measureMultiplyAdds(bool pairs, int passes) {
     const int threads = std::max(1, at::get_num_threads());
-    const kernels::Isa isa = kernels::bestIsa();
+    const kernels::KernelPath& path = kernels::kernelPath(kernels::bestIsa());
     // Each thread runs ~kMultiplyAdds a pass, whatever a round of the path does: a fixed round count
-    // gave AVX2's 16-lane order ~6 ms a pass, short enough that thread start-up and the clock's ramp
-    // read it 40% low (159 against 265 GFLOP/s on a Sapphire Rapids), under its own linears' rate.
-    constexpr int64_t kMultiplyAdds = int64_t{8} << 30;  // ~60 ms a thread on AVX-512, ~120 on AVX2
+    // gave the AVX2 path passes short enough that thread start-up and the clock's ramp read it far
+    // low, under its own linears' rate (docs/history/kernel-measurements.md, "Compute line passes").
+    constexpr int64_t kMultiplyAdds = int64_t{8} << 30;  // tens of milliseconds a thread
     std::vector<float> sinks(static_cast<std::size_t>(threads));
-    const int64_t rounds = std::max<int64_t>(1, kMultiplyAdds / kernels::multiplyAdds(isa, 1, pairs, sinks.data()));
+    const int64_t rounds = std::max<int64_t>(1, kMultiplyAdds / path.multiplyAdds(1, pairs, sinks.data()));
     std::vector<int64_t> done(static_cast<std::size_t>(threads));
     double best = 0;
     for (int p = 0; p < passes; ++p) {
         const auto t0 = Clock::now();
         onSlices(int64_t{256} * threads, threads, [&](int t, int64_t, int64_t) {
-            done[static_cast<std::size_t>(t)] =
-                kernels::multiplyAdds(isa, rounds, pairs, &sinks[static_cast<std::size_t>(t)]);
+            done[static_cast<std::size_t>(t)] = path.multiplyAdds(rounds, pairs, &sinks[static_cast<std::size_t>(t)]);
         });
         const double seconds = secondsSince(t0);
         int64_t total = 0;

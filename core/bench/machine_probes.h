@@ -14,9 +14,9 @@ struct Bandwidth {
 };
 // The size of each bandwidth probe array, by STREAM's rule: at least 4 times the last-level cache,
 // so that no pass can be served from it (at least 256 MiB; at most an eighth of the memory, for the
-// three arrays of the triad). A fixed 256 MiB read fit the 480 MiB L3 of a Sapphire Rapids VM: its
-// read figure then moved between 28.7 and 42.7 GB/s from run to run with what the cache still
-// held, against 32.9-33.4 GB/s at 1.9 GiB.
+// three arrays of the triad). A fixed 256 MiB read fit the 480 MiB L3 of a Sapphire Rapids VM,
+// and its read figure then moved from run to run with what the cache still held
+// (docs/history/kernel-measurements.md, "Probe array size").
 std::size_t streamArrayBytes(std::size_t lastLevelCacheBytes, std::size_t physicalMemoryBytes);
 // This machine's last-level cache (the highest cache level of CPU 0, from sysfs); 0 if unknown.
 std::size_t lastLevelCacheBytes();

@@ -23,8 +23,8 @@ void copyRows(const char* src, int64_t headStride, int64_t rowStride, int64_t S,
 
 // Writes rows [0, S) of `from` [KV, S, D] at rows [at, at+S) of `to` [KV, capacity, D]. On the CPU,
 // where each row's D elements are contiguous in the cache's dtype, row by row with memcpy: torch's
-// copy_ of a decode step's two KV heads cost 8-19 us a layer, its code and bookkeeping evicted from
-// the caches by the step's weight stream (a bf16 step's cache writes: 0.21 -> 0.04 ms, Zen 4 VM).
+// copy_ of a decode step's two KV heads cost more than the copy, its code and bookkeeping evicted
+// from the caches by the step's weight stream (docs/history/kernel-measurements.md, "Cache writes").
 void writeRows(const torch::Tensor& from, torch::Tensor& to, int64_t at) {
     const int64_t KV = from.size(0), S = from.size(1), D = from.size(2);
     const bool rowsCopy = from.is_cpu() && to.is_cpu() && from.scalar_type() == to.scalar_type() &&

@@ -84,16 +84,16 @@ int64_t sampleIndex(const float* logits, int64_t V, const SamplingParams& p, std
 }
 
 // sum_i e^(l_i - max) and sum_i e^(l_i - max) (l_i - max): the exps by the kernels' own exp (within
-// 2 ulp, vectorised; std::exp in double took ~0.8 ms a decode step over 152k logits, 2% of a bf16
-// step), summed in double in four interleaved partial sums.
+// 2 ulp, vectorised; std::exp in double took a few percent of a decode step: docs/history/
+// kernel-measurements.md, "Sampler sums"), summed in double in four interleaved partial sums.
 std::pair<double, double> expSums(const float* logits, int64_t V, float maxLogit) {
     constexpr int64_t kBlock = 4096;
     float e[kBlock];
     double sums[4] = {}, weighted[4] = {};
-    const kernels::Isa isa = kernels::bestIsa();
+    const kernels::KernelPath& path = kernels::kernelPath(kernels::bestIsa());
     for (int64_t b = 0; b < V; b += kBlock) {
         const int64_t n = std::min(kBlock, V - b);
-        kernels::exps(isa, logits + b, maxLogit, e, n);
+        path.exps(logits + b, maxLogit, e, n);
         for (int64_t i = 0; i < n; ++i) {
             sums[i % 4] += e[i];
             weighted[i % 4] += static_cast<double>(e[i]) * (static_cast<double>(logits[b + i]) - maxLogit);
@@ -146,7 +146,7 @@ StepRecord chooseToken(const torch::Tensor& logitsIn, const SamplingParams& para
     const std::vector<int64_t> order = highest(logits, V, recordCount);
 
     // Log-sum-exp for logprob and entropy of the model's own distribution. The maximum is the best
-    // id's logit (a pass of its own kept its running maximum in memory: ~0.45 ms a decode step).
+    // id's logit (a pass of its own cost time: the same section).
     const float maxLogit = logits[order[0]];
     const auto [sumExp, sumExpLogit] = expSums(logits, V, maxLogit);
     const double logZ = std::log(sumExp);

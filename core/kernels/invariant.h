@@ -48,32 +48,14 @@ enum class Isa { Scalar, Avx2, Avx512, Avx512Bf16 };
 Isa bestIsa();                 // the widest path this CPU and this build can run
 // The path for a bf16 x bf16 linear of `rows` rows on `isa`: the same, or the AVX-512F path (the
 // pair order by FMAs on packed copies: the same bits) for many rows on a CPU whose VDPBF16PS
-// issues at half the FMA rate. Measured on a Sapphire Rapids (2 cores): a 512-token bf16 prefill at
-// 246-247 tok/s that way against 229-235 with VDPBF16PS; decode rows keep VDPBF16PS.
+// issues at half the FMA rate (faster prefills there: docs/history/kernel-measurements.md, "Pairs
+// on AMX CPUs"); decode rows keep VDPBF16PS.
 Isa pairsPathForRows(Isa isa, int64_t rows);
 // From how many rows a path without VDPBF16PS computes the pair order as panels (invariant_impl.h's
 // linearPairs), which is also from where pairsPathForRows sends an AMX CPU's rows there.
 constexpr int64_t kPairPanelFromRows = 32;
 const char* isaName(Isa isa);  // "scalar", "avx2", "avx512", "avx512bf16"
 
-// y[r * yStride + o] = dot(x[r], w[o]) for rows [0, rows) and outputs [o0, o1). x: [rows, in] fp32;
-// w: [out, in] fp32, or bf16 as raw uint16 bits. packedRows: x packed by packRowTiles for this path,
-// or null (a path that packs many rows packs them itself, for its outputs alone).
-void linear(Isa isa, const float* x, int64_t rows, int64_t in, const float* w, float* y, int64_t yStride, int64_t o0,
-            int64_t o1, const float* packedRows = nullptr);
-void linear(Isa isa, const float* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0,
-            int64_t o1, const float* packedRows = nullptr);
-// The same with bf16 inputs and weights, both raw uint16 bits: the pair order.
-void linear(Isa isa, const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride,
-            int64_t o0, int64_t o1, const float* packedRows = nullptr);
-// A many-row linear's rows packed once for all the threads that share its outputs, where the path
-// computes them as panels (invariant_impl.h's PackedRows): how many floats they take (0: this path
-// packs nothing for so many rows), in how many tiles, and tiles [tile0, tile1) of them packed.
-// pairs: bf16 rows and weights (the pair order); otherwise fp32 rows.
-int64_t packedRowsFloats(Isa isa, int64_t rows, int64_t in, bool pairs);
-int64_t packedRowTiles(Isa isa, int64_t rows);
-void packRowTiles(Isa isa, const float* x, int64_t rows, int64_t in, int64_t tile0, int64_t tile1, float* out);
-void packRowTiles(Isa isa, const uint16_t* x, int64_t rows, int64_t in, int64_t tile0, int64_t tile1, float* out);
 // Which order a bf16 x bf16 linear takes (`--kernels invariant`: pairs; `invariant-tiles`: tiles).
 enum class LinearOrder { Pairs, Tiles };
 // The tile order (above): the reference, or TDPBF16PS where amxTilesUsable(); same arguments as
@@ -127,48 +109,88 @@ struct AttentionArgs {
 // scores: scratch for kAttentionScratchRows * (start + S) floats (a key's score for each of up to
 // that many heads computed together), owned by the calling thread.
 constexpr int64_t kAttentionScratchRows = 4;
-void attention(Isa isa, const AttentionArgs<float>& args, int64_t begin, int64_t end, float* scores);
-void attention(Isa isa, const AttentionArgs<uint16_t>& args, int64_t begin, int64_t end, float* scores);
+// One instruction-set path's raw-pointer kernels, bound once per path: each path's file fills its
+// table from the templates every path shares (invariant_path.h's kernelPathOf), and callers take
+// the table of the path they run: kernelPath(isa). Element: float (fp32) or uint16_t (bf16 bits).
+template <typename Element>
+struct ElementKernels {
+    // y[r * yStride + o] = dot(x[r], w[o]) for rows [0, rows) and outputs [o0, o1). x: [rows, in]
+    // fp32; w: [out, in] of this element type. packedRows: x packed by packRowTiles for this path,
+    // or null (a path that packs many rows packs them itself, for its outputs alone).
+    void (*linear)(const float* x, int64_t rows, int64_t in, const Element* w, float* y, int64_t yStride, int64_t o0,
+                   int64_t o1, const float* packedRows);
+    // Tiles [tile0, tile1) of a many-row linear's rows, packed once for all the threads that share
+    // its outputs (invariant_impl.h's PackedRows); bf16 rows are the pair order's.
+    void (*packRowTiles)(const Element* x, int64_t rows, int64_t in, int64_t tile0, int64_t tile1, float* out);
+    // Causal attention over a KV cache of this element type (AttentionArgs above).
+    void (*attention)(const AttentionArgs<Element>& args, int64_t begin, int64_t end, float* scores);
+    // The elementwise steps around the kernels, each IEEE fp32 operation of the torch ops they
+    // replace in turn, results rounded to bf16 as c10::BFloat16 does (nearest even; a NaN to
+    // 0x7FC0). out[i] = x[i] + bias[i] (bias may be null), rounded to bf16:
+    void (*finishSums)(const float* x, const Element* bias, uint16_t* out, int64_t n);
+    // out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g) with exps' e^x:
+    void (*siluGate)(const Element* gate, const Element* up, Element* out, int64_t n);
+    // out[i] = x[i] + a[i], the residual add (out may be x):
+    void (*add)(const Element* x, const Element* a, Element* out, int64_t n);
+    // RMSNorm's last step, out[i] = weight[i] * cast(x[i] * scale):
+    void (*scaleByWeight)(const float* x, float scale, const Element* weight, Element* out, int64_t n);
+    // RoPE (rotate-half) on `rows` rows of `heads` heads of D features, row s at angles
+    // cosines[s * D/2], sines[s * D/2]: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin), x1 = x[i],
+    // x2 = x[i + D/2] (out may be x):
+    void (*rope)(const Element* x, Element* out, int64_t rows, int64_t heads, int64_t D, const float* cosines,
+                 const float* sines);
+};
 
-// sum_i x[i]^2 in the fixed order above (RMSNorm's statistic).
-float sumOfSquares(Isa isa, const float* x, int64_t n);
-// y[i] = e^(x[i] - shift): the kernels' own exp (invariant_attention_impl.h's expOf), for softmax and SiLU;
-// the same bits on every path and with every C library.
-void exps(Isa isa, const float* x, float shift, float* y, int64_t n);
+struct KernelPath {
+    Isa isa;
+    ElementKernels<float> f32;
+    ElementKernels<uint16_t> bf16;
+    // The same linear with bf16 inputs and weights, both raw uint16 bits: the pair order.
+    void (*linearPairs)(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride,
+                        int64_t o0, int64_t o1, const float* packedRows);
+    // How many floats a many-row linear's packed rows take (0: this path packs nothing for so
+    // many rows), and in how many tiles. pairs: bf16 rows and weights (the pair order).
+    int64_t (*packedRowsFloats)(int64_t rows, int64_t in, bool pairs);
+    int64_t (*packedRowTiles)(int64_t rows);
+    // sum_i x[i]^2 in the fixed order above (RMSNorm's statistic).
+    float (*sumOfSquares)(const float* x, int64_t n);
+    // y[i] = e^(x[i] - shift): the kernels' own exp (invariant_attention_impl.h's expOf), for softmax
+    // and SiLU; the same bits on every path and with every C library.
+    void (*exps)(const float* x, float shift, float* y, int64_t n);
+    // Memory-bandwidth probes for `kvscope bench`, vectorised like the kernels they bound (a plain
+    // C++ loop compiles to scalar code at -O2 and under-reads the machine). n: a multiple of 64.
+    // a = b + s * c:
+    void (*triad)(float* a, const float* b, const float* c, float s, int64_t n);
+    // Reads x once as `streams` sequential streams side by side (n: a multiple of 64 * streams), as a
+    // decode step reads its weights (each path's kDecodeStreams).
+    float (*readAll)(const float* x, int64_t n, int64_t streams);
+    // The arithmetic ceiling of the path, for `kvscope bench`: `rounds` rounds of independent steps
+    // on values held in registers, as many chains as the path's linear tile keeps (no memory
+    // traffic), in the pair order (VDPBF16PS, or its two FMAs) or the 16-lane order (one FMA per
+    // lane). Returns the multiply-adds done (32 per pair step, 16 per lane step); `sink` gets a sum
+    // that keeps them observable.
+    int64_t (*multiplyAdds)(int64_t rounds, bool pairs, float* sink);
+    // From how many rows a linear widens bf16 weights into fp32 panels itself (0: never).
+    int64_t panelFromRows;
 
-// The elementwise steps around the kernels, each IEEE fp32 operation of the torch ops they replace
-// in turn, results rounded to bf16 as c10::BFloat16 does (nearest even; a NaN to 0x7FC0); bf16
-// arrays as raw uint16 bits. out[i] = x[i] + bias[i] (bias may be null):
-void finishSums(Isa isa, const float* x, const float* bias, uint16_t* out, int64_t n);
-void finishSums(Isa isa, const float* x, const uint16_t* bias, uint16_t* out, int64_t n);
-// out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g) with exps' e^x:
-void siluGate(Isa isa, const uint16_t* gate, const uint16_t* up, uint16_t* out, int64_t n);
-void siluGate(Isa isa, const float* gate, const float* up, float* out, int64_t n);
-// out[i] = x[i] + a[i], the residual add (out may be x):
-void add(Isa isa, const uint16_t* x, const uint16_t* a, uint16_t* out, int64_t n);
-void add(Isa isa, const float* x, const float* a, float* out, int64_t n);
-// RMSNorm's last step, out[i] = weight[i] * cast(x[i] * scale):
-void scaleByWeight(Isa isa, const float* x, float scale, const uint16_t* weight, uint16_t* out, int64_t n);
-void scaleByWeight(Isa isa, const float* x, float scale, const float* weight, float* out, int64_t n);
-// RoPE (rotate-half) on `rows` rows of `heads` heads of D features, row s at angles cosines[s * D/2],
-// sines[s * D/2]: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin), x1 = x[i], x2 = x[i + D/2]
-// (out may be x):
-void rope(Isa isa, const uint16_t* x, uint16_t* out, int64_t rows, int64_t heads, int64_t D, const float* cosines,
-          const float* sines);
-void rope(Isa isa, const float* x, float* out, int64_t rows, int64_t heads, int64_t D, const float* cosines,
-          const float* sines);
-
-// Memory-bandwidth probes for `kvscope bench`, vectorised like the kernels they bound (a plain C++
-// loop compiles to scalar code at -O2 and under-reads the machine). n: a multiple of 64.
-void triad(Isa isa, float* a, const float* b, const float* c, float s, int64_t n);  // a = b + s * c
-// Reads x once as `streams` sequential streams side by side (n: a multiple of 64 * streams), as a
-// decode step reads its weights (each path's kDecodeStreams).
-float readAll(Isa isa, const float* x, int64_t n, int64_t streams);
-// The arithmetic ceiling of a path, for `kvscope bench`: `rounds` rounds of independent steps on
-// values held in registers, as many chains as the path's linear tile keeps (no memory traffic), in
-// the pair order (VDPBF16PS, or its two FMAs) or the 16-lane order (one FMA per lane). Returns the
-// multiply-adds done (32 per pair step, 16 per lane step); `sink` gets a sum that keeps them
-// observable.
-int64_t multiplyAdds(Isa isa, int64_t rounds, bool pairs, float* sink);
+    template <typename Element>
+    const ElementKernels<Element>& of() const;
+};
+template <>
+inline const ElementKernels<float>& KernelPath::of<float>() const {
+    return f32;
+}
+template <>
+inline const ElementKernels<uint16_t>& KernelPath::of<uint16_t>() const {
+    return bf16;
+}
+// The table of `isa`'s path; std::logic_error where this CPU cannot run it.
+const KernelPath& kernelPath(Isa isa);
+// Each path's table, defined in its file (invariant_scalar.cpp, invariant_avx2.cpp, ...; the x86
+// ones only in x86 builds); kernelPath checks that the CPU runs it.
+const KernelPath& scalarPath();
+const KernelPath& avx2Path();
+const KernelPath& avx512Path();
+const KernelPath& avx512bf16Path();
 
 }  // namespace kvscope::kernels

@@ -112,9 +112,8 @@ void packFullTile(const uint16_t* x, int64_t in, int64_t t0, int64_t wholeChunks
 // The B tiles of input rows [t0, t0 + count) (count <= columns, the rest zero columns): for each
 // chunk, its even half then its odd half, each 16 pairs x `columns` dwords. A pair of inputs is one
 // dword of the row; its even element is the low half. A full tile's whole chunks by packFullTile,
-// the rest (a ragged chunk, fewer rows) element by element. Measured on a Sapphire Rapids (2 cores,
-// alternating binaries, 2 runs each): a 512-token bf16 prefill in the tile order 654-664 -> 725-736
-// tok/s with packFullTile, 82-84% -> 90-93% of torch's in the same runs.
+// the rest (a ragged chunk, fewer rows) element by element (docs/history/kernel-measurements.md,
+// "AMX input packing").
 void packInputs(const uint16_t* x, int64_t in, int64_t t0, int64_t count, int columns, int64_t chunks, uint32_t* out) {
     const int64_t halfDwords = kTileRows * columns, wholePairs = in / 2;
     const int64_t vectorChunks = columns == kTileRows && count == kTileRows ? in / kChunk : 0;
@@ -173,13 +172,11 @@ void multiply(const WeightTile* a, const uint32_t* const* b, int columns, float*
 }
 
 // One input row (a decode step): memory bound, and TDPBF16PS's tile loads keep fewer misses in
-// flight than vector loads (the same 16-row reads: 22-26 GB/s as tile loads, 29-30 by AVX-512 loads
-// on 2 threads of a Sapphire Rapids; computing the order by AVX-512 FMAs on transposed rows instead
-// was slower still, its shuffles and chains in the way). Two streams a thread, the first and the
-// second half of the outputs side by side: bf16 decode 72 -> 74-76% of the bound. Prefetching measured
-// no gain: neither the same tile's chunks a few ahead nor each stream's next tile into L2 (alternating
-// binaries, 3 runs each: 92-95% of the pair order's decode rate without, 90-93% with); nor did staging
-// a tile's 16 rows in L1 by vector loads before the tile load (21 tok/s against 24-25).
+// flight than vector loads (computing the order by AVX-512 FMAs on transposed rows instead was
+// slower still, its shuffles and chains in the way). Two streams a thread, the first and the second
+// half of the outputs side by side. Prefetching measured no gain: neither the same tile's chunks a
+// few ahead nor each stream's next tile into L2; nor did staging a tile's 16 rows in L1 by vector
+// loads before the tile load (docs/history/kernel-measurements.md, "AMX decode rows").
 void oneRow(const uint16_t* x, int64_t in, const uint16_t* w, float* y, int64_t o0, int64_t o1) {
     const int64_t chunks = (in + kChunk - 1) / kChunk;
     std::vector<uint32_t> packed(static_cast<size_t>(chunks * 2 * kTileRows));

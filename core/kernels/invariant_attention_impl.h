@@ -164,10 +164,8 @@ void sumValuesOfRest(int64_t count, float* const* weights, const Element* values
 
 // Keys a decode step's score loop fetches ahead of the tile it reads. The step finds its layer's
 // keys in memory (the step's weight stream has evicted them since the last step), and the loop's
-// pace, R x 4 dot products a tile, was too slow for the hardware prefetcher to run far enough ahead:
-// with 32 keys ahead, attention (the cache write apart) went from 0.93-0.98 to 0.82-0.86 ms a bf16
-// step at 512 keys (Zen 4 VM, the two interleaved in one process; 16 and 64 keys ahead gained no
-// more). A prefill's queries read the same keys one group after another, from the caches.
+// pace, R x 4 dot products a tile, was too slow for the hardware prefetcher to run far enough ahead
+// (docs/history/kernel-measurements.md, "Keys fetched ahead"). A prefill's queries read the same keys one group after another, from the caches.
 constexpr int64_t kKeysAhead = 32;
 
 // A tile of R queries x K keys' scores (row-major), times `scale`, into the queries' score rows at
@@ -193,9 +191,9 @@ void storeScaledScores(float* tile, float scale, int64_t count, int64_t t, int64
 // summed by the tree l[j] + l[j + 8], then + 4, + 2, + 1. Here each such chain is one vector, the
 // same chain for 16 keys, and each level of the tree one add of two vectors, done as soon as both
 // are ready (lane p's and p + 8's chains, then p's and p + 4's sums), so a query keeps 4 partial sums
-// in registers. Every key vector loaded is shared by the QR queries. Against dotTile's 4 x 4 tiles,
-// which reduce over features within a vector and then transpose 16 trees: one layer's attention
-// for 512 queries 4.44 -> 3.64 ms on a Sapphire Rapids (AVX2 path there 8.61 -> 6.14 ms).
+// in registers. Every key vector loaded is shared by the QR queries. Faster than dotTile's 4 x 4
+// tiles, which reduce over features within a vector and then transpose 16 trees
+// (docs/history/kernel-measurements.md, "Keys in lanes").
 static_assert(kKeysSideBySide == kLanes, "AttentionArgs::keysInLanes holds one key per lane");
 template <typename V, int QR>
 void scoresOfKeysInLanes(const float* const* q, const float* keysInLanes, int64_t D, V* out) {

@@ -27,14 +27,9 @@ struct Avx2Wide {
 struct Avx2Vec {
     // 16 registers: a 2 x 3 tile holds 12 accumulator halves (a 3 x 2 one measured slower); a
     // decode row against 4 weight rows, 8 + 2 x + 2 w halves, in either order, as one run of tiles
-    // a thread, since the weights lie on 2 MiB pages (invariant_avx512_vec.h says why). Through
-    // this path on a Zen 4 VM (KVSCOPE_KERNEL_PATH=avx2, three interleaved pairs of `kvscope bench`
-    // runs): bf16 decode 28.4 / 31.1 / 37.2 tok/s against 26.0 / 28.3 / 31.3 with one row a tile
-    // and two runs. On a Sapphire Rapids VM (2 MiB pages, three alternating pairs) the other way:
-    // 20.3-20.7 tok/s against 21.6-21.9 with one row and two runs. Not measured on an AVX2-only
-    // CPU: on 4 KiB pages, one row and two runs had been faster on a Sapphire Rapids (a step's
-    // linears 37.0-37.4 ms against 42.0-42.2 with two rows) and no slower than the others on an
-    // AVX2-only Zen 3.
+    // a thread, since the weights lie on 2 MiB pages (invariant_avx512_vec.h says why). The CPUs
+    // measured disagreed on this against one row a tile in two runs, and none was AVX2-only:
+    // docs/history/kernel-measurements.md, "AVX2 decode rows".
     static constexpr int kRows = 2, kCols = 3, kDecodeCols = 4, kDecodeStreams = 1;
     static constexpr bool kDecodeFetchesAhead = true;
     static constexpr int kValueRows = 1;  // two queries' 4 chains would fill all 16 registers
@@ -42,8 +37,8 @@ struct Avx2Vec {
     // broadcast (panelLinear). From 24 rows the packed panel pays for itself.
     using Wide = Avx2Wide;
     static constexpr int kPanelRows = 6, kPanelFromRows = 24;
-    // Fetching a panel 8 steps ahead (kPanelStepsAhead) changed nothing measurable for this path on a
-    // Sapphire Rapids (2 rounds, 512-token bf16 prefills); not measured on an AVX2-only CPU.
+    // Fetching a panel 8 steps ahead (kPanelStepsAhead) changed nothing measurable for this path
+    // (the same section); not measured on an AVX2-only CPU.
     static constexpr int kPanelStepsAhead = 0;
     static constexpr bool kPanelForPairs = true;  // the pair order from 32 rows (PairLanes), so panels too
     static constexpr bool kTransposes16 = false;
@@ -150,6 +145,9 @@ struct Avx2Vec {
 
 }  // namespace
 
-KVSCOPE_DEFINE_KERNEL_PATH(avx2, Avx2Vec)
+const KernelPath& avx2Path() {
+    static const KernelPath path = kernelPathOf<Avx2Vec>(Isa::Avx2);
+    return path;
+}
 
 }  // namespace kvscope::kernels

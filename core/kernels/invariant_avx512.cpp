@@ -6,6 +6,9 @@
 
 namespace kvscope::kernels {
 
-KVSCOPE_DEFINE_KERNEL_PATH(avx512, Avx512Vec)
+const KernelPath& avx512Path() {
+    static const KernelPath path = kernelPathOf<Avx512Vec>(Isa::Avx512);
+    return path;
+}
 
 }  // namespace kvscope::kernels

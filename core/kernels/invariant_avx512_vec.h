@@ -29,43 +29,26 @@ struct Avx512Vec {
     // 32 registers: a 4 x 4 tile holds 16 accumulators + 4 x rows + the weight rows being loaded.
     // A decode row takes one weight row at a time, in either order, with no tile fetching the next
     // one's rows: a thread then reads its weights in address order, one stream, and out-of-order
-    // execution overlaps the next rows' chains (a row's sum is one chain of dependent steps: 28
-    // VDPBF16PS for 896 inputs in bf16). On Intel CPUs that stream is also fetched into L2 a fixed
-    // distance ahead (kernels::decodeFetchBytes: on an Emerald Rapids VM the hardware prefetcher alone
-    // left a bf16 decode at 57-61% of the bound, 79-85% with it); on AMD ones the hardware prefetcher
-    // runs ahead of it alone, as measured on a 2-core Zen 4 VM, weights on 2 MiB pages
-    // (util/huge_pages.h), rounds of a read pass then a step's linears alone (all 24 layers and the
-    // lm_head), the variants interleaved in one process. bf16, 2
-    // threads: 51.7 and 57.1 GB/s (medians over two runs' rounds whose pass read over 45 GB/s, 58.8
-    // and 61.1) against 43.0 and 49.1 with four rows a tile, each tile fetching the next one's rows
-    // (what it was), 45.1 and 46.8 with one row and its fetches; 31.9 / 35.4 against 30.3 / 34.9 in
-    // the slower rounds; on 4 KiB pages 32.1 against 29.8. fp32: one thread 25.9 against 22.9 (the
-    // lm_head alone 30.1 against 23.6); 2 threads 31.5 against 30.4 in slower rounds, and in the
-    // fast rounds of two earlier runs 43.0 / 48.2 against 43.1 / 49.0. The AVX-512F path's pair
-    // order (two FMAs a step) was measured in slower rounds only: 34.3 against 33.2. Earlier, four
-    // rows with their fetches had beaten one row with its fetch (a throwaway loop over 400k rows of
-    // 896 bf16: 28-38 GB/s against 23-25), and neither was ahead on 4 KiB pages, there and on a
-    // Sapphire Rapids VM.
+    // execution overlaps the next rows' chains (a row's sum is one chain of dependent steps). On
+    // Intel CPUs that stream is also fetched into L2 a fixed distance ahead
+    // (kernels::decodeFetchBytes); on AMD ones the hardware prefetcher runs ahead of it alone.
+    // Measured: docs/history/kernel-measurements.md, "AVX-512 decode rows".
     static constexpr int kRows = 4, kCols = 4, kDecodeCols = 1, kDecodeStreams = 1;
     static constexpr bool kDecodeFetchesAhead = false;
     static constexpr int kValueRows = 4;  // 16 attention chains + 4 value vectors + a broadcast
     // Many rows take panelLinear: 12 rows x 32 outputs of one lane in 24 registers, 2 weight vectors
-    // and a broadcast, 14 loads per 24 FMAs. In the pair order without VDPBF16PS it ran at 253-277
-    // GFLOP/s on a Sapphire Rapids (2 threads, 512 rows, packing included) against the 4 x 4 tile's
-    // 147-185. In the 16-lane order the tile computes a layer's linears alone as fast or faster
-    // (302-331 against 280-306 there, weights in the cache), but re-reads the weights for every 64
-    // rows, from memory in a prefill: the panel, which streams them once a call, gave a 512-token
-    // fp32 prefill 356-359 tok/s against 325-327. Up to 64 rows the tile reads them once too.
-    // Other panel shapes measured the same (one thread, 512 rows of the 0.5B shape's bf16 linears:
-    // 12 x 2, 14 x 2, 8 x 3 and 6 x 4 output vectors all at 141-150 GFLOP/s).
+    // and a broadcast, 14 loads per 24 FMAs. It beats the 4 x 4 tile in the pair order without
+    // VDPBF16PS; in the 16-lane order the tile is as fast on weights in the cache but re-reads them
+    // for every 64 rows, from memory in a prefill, where the panel streams them once a call. Up to
+    // 64 rows the tile reads them once too. Other panel shapes measured the same. Measured:
+    // docs/history/kernel-measurements.md, "AVX-512 panels".
     using Wide = Avx512Vec;  // 16 outputs side by side
     static constexpr int kWidth = 16;
     static constexpr int kPanelRows = 12, kPanelFromRows = 64;
     // A lane's run of the panel comes from L2 (the call's panels are kept there, not in L1), two
-    // lines a step: fetched into L1 8 steps (1 KB) ahead, a 512-token prefill on a Sapphire Rapids
-    // (2 threads, with and without alternating in one process) took 1.9-3.6% less time in bf16 (6
-    // rounds; down_proj 398 -> 373 ms of it, gate/up 686 -> 673) and 1.6-2.9% in fp32 (2 rounds).
-    // 4, 16 and 32 steps ahead did as well; fetching the rows' lane as well added nothing.
+    // lines a step, fetched into L1 8 steps (1 KB) ahead: a few percent off a prefill; 4, 16 and 32
+    // steps did as well, fetching the rows' lane too added nothing. Measured:
+    // docs/history/kernel-measurements.md, "AVX-512 panel fetch".
     static constexpr int kPanelStepsAhead = 8;
     static constexpr bool kPanelForPairs = true;
     static constexpr bool kTransposes16 = true;

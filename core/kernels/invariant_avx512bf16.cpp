@@ -10,6 +10,9 @@
 
 namespace kvscope::kernels {
 
-KVSCOPE_DEFINE_KERNEL_PATH(avx512bf16, Avx512Vec)
+const KernelPath& avx512bf16Path() {
+    static const KernelPath path = kernelPathOf<Avx512Vec>(Isa::Avx512Bf16);
+    return path;
+}
 
 }  // namespace kvscope::kernels

@@ -17,39 +17,7 @@
 
 namespace kvscope::kernels {
 
-#define KVSCOPE_DECLARE_PATH(ns)                                                                                      \
-    namespace ns {                                                                                                    \
-    void linear(const float*, int64_t, int64_t, const float*, float*, int64_t, int64_t, int64_t, const float*);       \
-    void linear(const float*, int64_t, int64_t, const uint16_t*, float*, int64_t, int64_t, int64_t, const float*);    \
-    void linear(const uint16_t*, int64_t, int64_t, const uint16_t*, float*, int64_t, int64_t, int64_t, const float*); \
-    int64_t packedRowsFloats(int64_t, int64_t, bool);                                                                 \
-    int64_t packedRowTiles(int64_t);                                                                                  \
-    void packRowTiles(const float*, int64_t, int64_t, int64_t, int64_t, float*);                                      \
-    void packRowTiles(const uint16_t*, int64_t, int64_t, int64_t, int64_t, float*);                                   \
-    void attention(const AttentionArgs<float>&, int64_t, int64_t, float*);                                            \
-    void attention(const AttentionArgs<uint16_t>&, int64_t, int64_t, float*);                                         \
-    float sumOfSquares(const float*, int64_t);                                                                        \
-    void exps(const float*, float, float*, int64_t);                                                                  \
-    void triad(float*, const float*, const float*, float, int64_t);                                                   \
-    float readAll(const float*, int64_t, int64_t);                                                                    \
-    int64_t multiplyAdds(int64_t, bool, float*);                                                                      \
-    void finishSums(const float*, const float*, uint16_t*, int64_t);                                                  \
-    void finishSums(const float*, const uint16_t*, uint16_t*, int64_t);                                               \
-    void siluGate(const uint16_t*, const uint16_t*, uint16_t*, int64_t);                                              \
-    void siluGate(const float*, const float*, float*, int64_t);                                                       \
-    void add(const uint16_t*, const uint16_t*, uint16_t*, int64_t);                                                   \
-    void add(const float*, const float*, float*, int64_t);                                                            \
-    void scaleByWeight(const float*, float, const uint16_t*, uint16_t*, int64_t);                                     \
-    void scaleByWeight(const float*, float, const float*, float*, int64_t);                                           \
-    void rope(const uint16_t*, uint16_t*, int64_t, int64_t, int64_t, const float*, const float*);                     \
-    void rope(const float*, float*, int64_t, int64_t, int64_t, const float*, const float*);                           \
-    int64_t panelFromRows();                                                                                          \
-    }
-KVSCOPE_DECLARE_PATH(scalar)
 #ifdef KVSCOPE_KERNELS_X86
-KVSCOPE_DECLARE_PATH(avx2)
-KVSCOPE_DECLARE_PATH(avx512)
-KVSCOPE_DECLARE_PATH(avx512bf16)
 namespace amx {
 void linearTiles(const uint16_t*, int64_t, int64_t, const uint16_t*, float*, int64_t, int64_t, int64_t);
 }
@@ -57,7 +25,6 @@ void linearTiles(const uint16_t*, int64_t, int64_t, const uint16_t*, float*, int
 namespace scalar {
 void linearTiles(const uint16_t*, int64_t, int64_t, const uint16_t*, float*, int64_t, int64_t, int64_t);
 }
-#undef KVSCOPE_DECLARE_PATH
 
 namespace {
 
@@ -86,8 +53,8 @@ bool nativePairsAgree() {
     for (uint16_t& v : x) v = bits.next();
     for (uint16_t& v : w) v = bits.next();
     float emulated[kOut], native[kOut];
-    avx512::linear(x, 1, kIn, w, emulated, kOut, 0, kOut, nullptr);
-    avx512bf16::linear(x, 1, kIn, w, native, kOut, 0, kOut, nullptr);
+    avx512Path().linearPairs(x, 1, kIn, w, emulated, kOut, 0, kOut, nullptr);
+    avx512bf16Path().linearPairs(x, 1, kIn, w, native, kOut, 0, kOut, nullptr);
     return std::memcmp(emulated, native, sizeof native) == 0;
 }
 #endif
@@ -219,97 +186,20 @@ const char* isaName(Isa isa) {
     return "?";
 }
 
-namespace {
-// Calls the path for `isa`; asking for one this CPU cannot run is a programming error.
-template <typename Call>
-auto onPath(Isa isa, Call call) {
+const KernelPath& kernelPath(Isa isa) {
     if (static_cast<int>(isa) > static_cast<int>(widestOnThisCpu()))
         throw std::logic_error(std::string("kernel path ") + isaName(isa) + " is not available on this CPU");
-    return call(isa);
-}
-}  // namespace
-
 #ifdef KVSCOPE_KERNELS_X86
-#define KVSCOPE_ON_PATH(isa, expr)                     \
-    onPath(isa, [&](Isa i) {                           \
-        return i == Isa::Avx512Bf16 ? avx512bf16::expr \
-               : i == Isa::Avx512   ? avx512::expr     \
-               : i == Isa::Avx2     ? avx2::expr       \
-                                    : scalar::expr;        \
-    })
-#else
-#define KVSCOPE_ON_PATH(isa, expr) onPath(isa, [&](Isa) { return scalar::expr; })
+    switch (isa) {
+    case Isa::Avx512Bf16: return avx512bf16Path();
+    case Isa::Avx512: return avx512Path();
+    case Isa::Avx2: return avx2Path();
+    case Isa::Scalar: break;
+    }
 #endif
+    return scalarPath();
+}
 
-void linear(Isa isa, const float* x, int64_t rows, int64_t in, const float* w, float* y, int64_t yStride, int64_t o0,
-            int64_t o1, const float* packedRows) {
-    KVSCOPE_ON_PATH(isa, linear(x, rows, in, w, y, yStride, o0, o1, packedRows));
-}
-void linear(Isa isa, const float* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride, int64_t o0,
-            int64_t o1, const float* packedRows) {
-    KVSCOPE_ON_PATH(isa, linear(x, rows, in, w, y, yStride, o0, o1, packedRows));
-}
-int64_t packedRowsFloats(Isa isa, int64_t rows, int64_t in, bool pairs) {
-    return KVSCOPE_ON_PATH(isa, packedRowsFloats(rows, in, pairs));
-}
-int64_t packedRowTiles(Isa isa, int64_t rows) { return KVSCOPE_ON_PATH(isa, packedRowTiles(rows)); }
-void packRowTiles(Isa isa, const float* x, int64_t rows, int64_t in, int64_t tile0, int64_t tile1, float* out) {
-    KVSCOPE_ON_PATH(isa, packRowTiles(x, rows, in, tile0, tile1, out));
-}
-void packRowTiles(Isa isa, const uint16_t* x, int64_t rows, int64_t in, int64_t tile0, int64_t tile1, float* out) {
-    KVSCOPE_ON_PATH(isa, packRowTiles(x, rows, in, tile0, tile1, out));
-}
-void attention(Isa isa, const AttentionArgs<float>& a, int64_t begin, int64_t end, float* scores) {
-    KVSCOPE_ON_PATH(isa, attention(a, begin, end, scores));
-}
-void attention(Isa isa, const AttentionArgs<uint16_t>& a, int64_t begin, int64_t end, float* scores) {
-    KVSCOPE_ON_PATH(isa, attention(a, begin, end, scores));
-}
-void linear(Isa isa, const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, float* y, int64_t yStride,
-            int64_t o0, int64_t o1, const float* packedRows) {
-    KVSCOPE_ON_PATH(isa, linear(x, rows, in, w, y, yStride, o0, o1, packedRows));
-}
-float sumOfSquares(Isa isa, const float* x, int64_t n) { return KVSCOPE_ON_PATH(isa, sumOfSquares(x, n)); }
-void exps(Isa isa, const float* x, float shift, float* y, int64_t n) { KVSCOPE_ON_PATH(isa, exps(x, shift, y, n)); }
-void triad(Isa isa, float* a, const float* b, const float* c, float s, int64_t n) {
-    KVSCOPE_ON_PATH(isa, triad(a, b, c, s, n));
-}
-float readAll(Isa isa, const float* x, int64_t n, int64_t streams) {
-    return KVSCOPE_ON_PATH(isa, readAll(x, n, streams));
-}
-int64_t multiplyAdds(Isa isa, int64_t rounds, bool pairs, float* sink) {
-    return KVSCOPE_ON_PATH(isa, multiplyAdds(rounds, pairs, sink));
-}
-void finishSums(Isa isa, const float* x, const float* bias, uint16_t* out, int64_t n) {
-    KVSCOPE_ON_PATH(isa, finishSums(x, bias, out, n));
-}
-void finishSums(Isa isa, const float* x, const uint16_t* bias, uint16_t* out, int64_t n) {
-    KVSCOPE_ON_PATH(isa, finishSums(x, bias, out, n));
-}
-void siluGate(Isa isa, const uint16_t* gate, const uint16_t* up, uint16_t* out, int64_t n) {
-    KVSCOPE_ON_PATH(isa, siluGate(gate, up, out, n));
-}
-void siluGate(Isa isa, const float* gate, const float* up, float* out, int64_t n) {
-    KVSCOPE_ON_PATH(isa, siluGate(gate, up, out, n));
-}
-void add(Isa isa, const uint16_t* x, const uint16_t* a, uint16_t* out, int64_t n) {
-    KVSCOPE_ON_PATH(isa, add(x, a, out, n));
-}
-void add(Isa isa, const float* x, const float* a, float* out, int64_t n) { KVSCOPE_ON_PATH(isa, add(x, a, out, n)); }
-void scaleByWeight(Isa isa, const float* x, float scale, const uint16_t* weight, uint16_t* out, int64_t n) {
-    KVSCOPE_ON_PATH(isa, scaleByWeight(x, scale, weight, out, n));
-}
-void scaleByWeight(Isa isa, const float* x, float scale, const float* weight, float* out, int64_t n) {
-    KVSCOPE_ON_PATH(isa, scaleByWeight(x, scale, weight, out, n));
-}
-void rope(Isa isa, const uint16_t* x, uint16_t* out, int64_t rows, int64_t heads, int64_t D, const float* cosines,
-          const float* sines) {
-    KVSCOPE_ON_PATH(isa, rope(x, out, rows, heads, D, cosines, sines));
-}
-void rope(Isa isa, const float* x, float* out, int64_t rows, int64_t heads, int64_t D, const float* cosines,
-          const float* sines) {
-    KVSCOPE_ON_PATH(isa, rope(x, out, rows, heads, D, cosines, sines));
-}
 int64_t cacheBytesForPanels() {
     static const int64_t bytes = [] {
         const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);  // glibc: from CPUID; 0 or -1 where unknown
@@ -328,11 +218,10 @@ bool isIntel() {
 #endif
 }
 
-// Measured with a throwaway matrix-vector loop of VDPBF16PS over 988 MB of bf16 rows (896 and 4864
-// inputs), 2 threads, on an Emerald Rapids VM: 22-24 GB/s with the hardware prefetcher alone, 25-29
-// with 2-8 streams a thread, 29-30 fetching 2 KiB ahead into L1 and 32-33 fetching 4-32 KiB ahead
-// into L2, against 32-35 for reading alone. On a Zen 4 VM, fetching a row ahead into L1 was slower
-// than the hardware prefetcher alone (invariant_avx512_vec.h), so AMD CPUs keep that.
+// On an Intel CPU fetching 4-32 KiB ahead into L2 brought a decode row's stream up to what reading
+// alone reaches, and the hardware prefetcher alone or more streams fell short; on a Zen 4 fetching
+// ahead was slower than its hardware prefetcher alone, so AMD CPUs keep that
+// (docs/history/kernel-measurements.md, "Decode fetch distance" and "AVX-512 decode rows").
 constexpr int64_t kIntelDecodeFetchBytes = 8 << 10;
 constexpr int64_t kMostDecodeFetchBytes = 1 << 20;
 
@@ -356,7 +245,7 @@ int64_t decodeFetchBytes() {
     return bytes;
 }
 bool widensWeightsItself(Isa isa, int64_t rows) {
-    const int64_t from = KVSCOPE_ON_PATH(isa, panelFromRows());
+    const int64_t from = kernelPath(isa).panelFromRows;
     return from > 0 && rows >= from;
 }
 

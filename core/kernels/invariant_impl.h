@@ -134,10 +134,10 @@ struct PairSteps {
 };
 
 // Where dotTile fetches the next tile's weights: into L1 when they fit in half of it beside the
-// tile being read (32 KiB L1 on Zen 3 and 4, 48 on Sapphire Rapids), otherwise into L2 only. Fetched
+// tile being read (32 KiB L1 on Zen 3 and 4, 48 on Sapphire Rapids), otherwise into L2 only: fetched
 // into L1, a down projection's 4 rows of 4864 bf16 (38 KiB) evicted lines of the tile still to be
-// read: down_proj from memory at 31 GB/s against 43 into L2 (Zen 4 VM, the two interleaved in one
-// process); the shorter rows ran no faster into L2 (the lm_head slower).
+// read, and the shorter rows ran no faster into L2 (docs/history/kernel-measurements.md, "Tile
+// fetch").
 constexpr int64_t kPrefetchIntoL1Bytes = 16 << 10;
 
 // out[r * C + c] = dot(x[r], w[c]) over n elements, R x C dot products sharing each load, in the
@@ -307,8 +307,8 @@ void transposePairs(const RowPairs& rowPairs, const Store& store) {
 // Rows [0, rows) in tiles of R, laid out [tile][lane j][step t][row k] (zeros past the last row),
 // so that one lane's pass reads its steps' R broadcasts as one contiguous run. Where V transposes
 // 16 vectors in registers, a step's R rows become the 16 lanes' runs at once. This 16-lane branch and
-// packPanel's repeat transposePairs' body on purpose: shared through one always-inlined helper, 512
-// fp32 rows of 896 packed in 258-262 us against 229-240 (AVX-512 BF16 path, Emerald Rapids).
+// packPanel's repeat transposePairs' body on purpose: shared through one always-inlined helper, the
+// packing was slower (docs/history/kernel-measurements.md, "Row packing").
 template <typename V, int R, typename Order, typename Element>
 void packRows(const Element* x, int64_t rows, int64_t in, int64_t tile0, int64_t tile1, float* out) {
     const int64_t T = Order::steps(in);
@@ -351,8 +351,8 @@ void packRows(const Element* x, int64_t rows, int64_t in, int64_t tile0, int64_t
 // streams contiguously. Where V can transpose 16 vectors in registers (kTransposes16), 16 rows'
 // lanes of a step are loaded as vectors and become 16 lanes' runs of outputs, stored whole, and
 // those 16 rows are read to their end before the next 16: 16 sequential streams from memory at a
-// time instead of all P rows' (512-token prefills alternating in one process on a Sapphire
-// Rapids, six rounds: 0.7-2.3% shorter in bf16, 1.6% in fp32). Otherwise, step by step, each row's
+// time instead of all P rows' (a little shorter prefills: docs/history/kernel-measurements.md,
+// "Panel packing"). Otherwise, step by step, each row's
 // vector is spread over the lanes' runs element by element (their lines stay in L1 while the P rows
 // of a step fill them).
 template <typename V, int P, typename Order, typename Element>
@@ -403,9 +403,9 @@ void packPanel(const Element* w, int64_t in, int64_t o, int64_t o1, float* panel
 //           share the L2 cache with the rows they pass over (cacheBytesForPanels)
 //   part:   [lane j][row][output], the chains' ends, summed by the tree
 // A lane passes over all its steps at once, its R x 2 chains in registers from the first step to the
-// last, reading two contiguous runs (its panel lane and its rows' lane): on a Sapphire Rapids 12-25%
-// faster (gate_proj, down_proj; q_proj the same) than rows laid out step by step and the reduction
-// cut into chunks of 32 steps (docs/ARCHITECTURE.md has the figures).
+// last, reading two contiguous runs (its panel lane and its rows' lane): faster than rows laid out
+// step by step and the reduction cut into chunks of 32 steps (docs/history/kernel-measurements.md,
+// "Panel lanes").
 template <typename V>
 struct PanelShape {
     using W = typename V::Wide;
@@ -455,7 +455,7 @@ void panelTile(const float* xt, int64_t r, int64_t rows, int64_t T, const float*
             for (int h = 0; h < C; ++h) acc[k][h].store(&part[j][k][h * W::kWidth]);
     }
     // The tree's loops unrolled, its sums in registers (left to the compiler, they went through the
-    // stack: 1-2% of a 512-token bf16 prefill on a Sapphire Rapids, alternating in one process).
+    // stack: docs/history/kernel-measurements.md, "Panel tree").
     for (int k = 0; k < R && r + k < rows; ++k)
 #pragma GCC unroll 4
         for (int h = 0; h < C; ++h) {  // the tree: +8, +4, +2, +1, one output vector at a time

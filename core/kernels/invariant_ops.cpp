@@ -7,10 +7,18 @@
 #include <cmath>
 #include <memory>
 #include <new>
+#include <type_traits>
 #include <vector>
 
 namespace kvscope::kernels {
 namespace {
+
+// A path's kernels for the element type `p` points at: fp32, or bf16 as raw bits.
+template <typename Element>
+const ElementKernels<std::remove_const_t<Element>>& kernelsFor(const KernelPath& path, Element* p) {
+    (void)p;
+    return path.of<std::remove_const_t<Element>>();
+}
 
 torch::Tensor asFloat(const torch::Tensor& t) { return t.to(torch::kFloat32).contiguous(); }
 
@@ -29,8 +37,7 @@ void parallel(int64_t n, int64_t grain, const Work& work, int64_t steal = 0) {
 // Calls f with a value of the C++ element type of `dtype` (fp32 or bf16). The elementwise steps
 // below read and write tensors in their own dtype inside the kernels' threads instead of as separate
 // torch casts and products: a decode step's ops on a few thousand elements each cost more in
-// dispatch than in arithmetic (measured: ~60 torch ops a layer, 4.4 ms of a 43 ms bf16 step spent
-// outside the kernels). The arithmetic is the one the torch ops did: widen exactly to fp32, one IEEE
+// dispatch than in arithmetic (docs/history/kernel-measurements.md, "Elementwise steps"). The arithmetic is the one the torch ops did: widen exactly to fp32, one IEEE
 // operation, round to the dtype (c10::BFloat16: nearest even, as torch's casts round).
 template <typename F>
 void withElement(torch::ScalarType dtype, const F& f) {
@@ -56,16 +63,17 @@ inline uint16_t* bits(c10::BFloat16* p) { return reinterpret_cast<uint16_t*>(p);
 // then one rounding to the output's dtype.
 void finish(const float* sums, int64_t S, const LinearInto& p, bool outBf16, int64_t o0, int64_t o1, Isa isa) {
     const int64_t width = p.out, n = o1 - o0;
+    const KernelPath& table = kernelPath(isa);
     if (outBf16) {
         for (int64_t r = 0; r < S; ++r) {
             const int64_t at = r * width + o0;
             uint16_t* op = static_cast<uint16_t*>(p.output) + at;
             if (!p.bias)
-                finishSums(isa, sums + at, static_cast<const float*>(nullptr), op, n);
+                table.f32.finishSums(sums + at, nullptr, op, n);
             else if (p.biasBf16)
-                finishSums(isa, sums + at, static_cast<const uint16_t*>(p.bias) + o0, op, n);
+                table.bf16.finishSums(sums + at, static_cast<const uint16_t*>(p.bias) + o0, op, n);
             else
-                finishSums(isa, sums + at, static_cast<const float*>(p.bias) + o0, op, n);
+                table.f32.finishSums(sums + at, static_cast<const float*>(p.bias) + o0, op, n);
         }
         return;
     }
@@ -86,15 +94,16 @@ void finish(const float* sums, int64_t S, const LinearInto& p, bool outBf16, int
 // (10 MB each for 512 rows) no longer sat in the cache when its panels read them. pairOrder: bf16
 // rows in the pair order, otherwise fp32 rows.
 std::unique_ptr<float[]> packRowsOnce(const void* x, bool pairOrder, int64_t S, int64_t in, Isa path) {
-    const int64_t floats = packedRowsFloats(path, S, in, pairOrder);
+    const KernelPath& table = kernelPath(path);
+    const int64_t floats = table.packedRowsFloats(S, in, pairOrder);
     if (floats == 0) return nullptr;
     std::unique_ptr<float[]> packed(new (std::nothrow) float[static_cast<std::size_t>(floats)]);
     if (!packed) return nullptr;  // the kernels pack for themselves
-    parallel(packedRowTiles(path, S), 1, [&](int64_t begin, int64_t end) {
+    parallel(table.packedRowTiles(S), 1, [&](int64_t begin, int64_t end) {
         if (pairOrder)
-            packRowTiles(path, static_cast<const uint16_t*>(x), S, in, begin, end, packed.get());
+            table.bf16.packRowTiles(static_cast<const uint16_t*>(x), S, in, begin, end, packed.get());
         else
-            packRowTiles(path, static_cast<const float*>(x), S, in, begin, end, packed.get());
+            table.f32.packRowTiles(static_cast<const float*>(x), S, in, begin, end, packed.get());
     });
     return packed;
 }
@@ -110,17 +119,15 @@ void linearsInto(const void* x, bool xBf16, int64_t S, int64_t in, const std::ve
     // the blocks of every projection form one range, split in one parallel region. A thread done
     // with its part takes blocks from the end of the other's (kernel_threads.h): two threads do not
     // finish together, streaming from memory (a single row) or on a VM's two cores, which need not
-    // run at one speed (many rows). Measured alternating with and without it in one process: on a
-    // 2-core Zen 4 VM, decode steps 5-9% shorter (median); on a 2-core Emerald Rapids VM, 512-token
-    // prefills, 12 rounds of bf16 `invariant`: the caller's wait for the other thread at the end of
-    // its calls 242 -> 50 ms a prefill (median), the prefill 4% shorter (median; in fp32, 8 rounds,
-    // the wait 147 -> 29 ms). Many rows steal two blocks at a time: 4 of a panel path's panels.
+    // run at one speed (many rows): docs/history/kernel-measurements.md, "Linear blocks stolen".
+    // Many rows steal two blocks at a time: 4 of a panel path's panels.
     constexpr int64_t kBlock = 64, kStealBlocks = 1, kStealBlocksOfManyRows = 2;
     std::vector<int64_t> firstBlock = {0};  // per projection
     for (const LinearInto& p : projections) firstBlock.push_back(firstBlock.back() + (p.out + kBlock - 1) / kBlock);
     const Isa path = pairs ? pairsPathForRows(isa, S) : isa;
     const bool tiles = pairs && order == LinearOrder::Tiles;  // the tile order packs its rows its own way
     const std::unique_ptr<float[]> packed = tiles ? nullptr : packRowsOnce(x, pairs, S, in, path);
+    const KernelPath& table = kernelPath(path);
     auto computeBlocks = [&](int64_t begin, int64_t end) {
         for (std::size_t m = 0; m < projections.size(); ++m) {
             const int64_t from = std::max(begin, firstBlock[m]), to = std::min(end, firstBlock[m + 1]);
@@ -131,12 +138,12 @@ void linearsInto(const void* x, bool xBf16, int64_t S, int64_t in, const std::ve
             if (tiles)
                 linearTiles(bestTilePath(), static_cast<const uint16_t*>(x), S, in, w16, p.sums, p.out, o0, o1);
             else if (pairs)
-                kernels::linear(path, static_cast<const uint16_t*>(x), S, in, w16, p.sums, p.out, o0, o1, packed.get());
+                table.linearPairs(static_cast<const uint16_t*>(x), S, in, w16, p.sums, p.out, o0, o1, packed.get());
             else if (p.weightBf16)
-                kernels::linear(path, static_cast<const float*>(x), S, in, w16, p.sums, p.out, o0, o1, packed.get());
+                table.bf16.linear(static_cast<const float*>(x), S, in, w16, p.sums, p.out, o0, o1, packed.get());
             else
-                kernels::linear(path, static_cast<const float*>(x), S, in, static_cast<const float*>(p.weight), p.sums,
-                                p.out, o0, o1, packed.get());
+                table.f32.linear(static_cast<const float*>(x), S, in, static_cast<const float*>(p.weight), p.sums,
+                                 p.out, o0, o1, packed.get());
             if (p.output) finish(p.sums, S, p, outBf16, o0, o1, isa);
         }
     };
@@ -155,7 +162,7 @@ std::vector<torch::Tensor> linears(const torch::Tensor& x, const std::vector<Pro
         requireCpuFloat(p.weight, "a weight");
         pairs = pairs && p.weight.scalar_type() == torch::kBFloat16;
     }
-    const torch::Tensor xs = pairs ? x.contiguous() : asFloat(x);                         // [S, in]
+    const torch::Tensor xs = pairs ? x.contiguous() : asFloat(x);  // [S, in]
     // 16-lane order, many rows: they reuse every weight many times, so bf16 weights are widened to
     // fp32 once (exact, so the same bits) instead of in every tile, as long as a tile's weight rows
     // still fit L1 in fp32 (wider inputs stay bf16: measured slower widened). The copy costs ~6
@@ -166,14 +173,14 @@ std::vector<torch::Tensor> linears(const torch::Tensor& x, const std::vector<Pro
     std::vector<torch::Tensor> kept, outputs;  // kept: the weights, biases and sums the kernels read and write
     std::vector<LinearInto> raw;
     for (const Projection& p : projections) {
-        const torch::Tensor w = widen ? asFloat(p.weight) : p.weight.contiguous();          // [out, in]
+        const torch::Tensor w = widen ? asFloat(p.weight) : p.weight.contiguous();  // [out, in]
         if (p.bias.defined()) requireCpuFloat(p.bias, "a bias");
-        const torch::Tensor bias = p.bias.defined() ? p.bias.contiguous() : p.bias;         // [out]
+        const torch::Tensor bias = p.bias.defined() ? p.bias.contiguous() : p.bias;  // [out]
         const int64_t out = w.size(0);
-        torch::Tensor sums = torch::empty({S, out}, torch::kFloat32);                       // [S, out]
+        torch::Tensor sums = torch::empty({S, out}, torch::kFloat32);  // [S, out]
         // fp32 without a bias: the sums are the result; otherwise they are finished into it.
         const bool finished = outType != torch::kFloat32 || bias.defined();
-        outputs.push_back(finished ? torch::empty({S, out}, outType) : sums);               // [S, out]
+        outputs.push_back(finished ? torch::empty({S, out}, outType) : sums);  // [S, out]
         raw.push_back({w.data_ptr(), w.scalar_type() == torch::kBFloat16, out,
                        bias.defined() ? bias.data_ptr() : nullptr,
                        bias.defined() && bias.scalar_type() == torch::kBFloat16, sums.data_ptr<float>(),
@@ -191,18 +198,19 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch
 
 void rmsNormInto(const void* x, const void* weight, void* out, bool bf16, int64_t rows, int64_t n, double eps,
                  Isa isa) {
+    const KernelPath& table = kernelPath(isa);
     withElement(bf16, [&](auto element) {
         using T = decltype(element);
         const T* xp = static_cast<const T*>(x);
         const T* wp = static_cast<const T*>(weight);
         T* op = static_cast<T*>(out);
         parallel(rows, 16, [&](int64_t begin, int64_t end) {
-            std::vector<float> row(static_cast<std::size_t>(n));                            // [n] fp32
+            std::vector<float> row(static_cast<std::size_t>(n));  // [n] fp32
             for (int64_t r = begin; r < end; ++r) {
                 widenInto(xp + r * n, bf16, row.data(), n);
-                const float scale = 1.0f / std::sqrt(sumOfSquares(isa, row.data(), n) / static_cast<float>(n) +
+                const float scale = 1.0f / std::sqrt(table.sumOfSquares(row.data(), n) / static_cast<float>(n) +
                                                      static_cast<float>(eps));
-                scaleByWeight(isa, row.data(), scale, bits(wp), bits(op + r * n), n);
+                kernelsFor(table, bits(wp)).scaleByWeight(row.data(), scale, bits(wp), bits(op + r * n), n);
             }
         });
     });
@@ -214,15 +222,15 @@ torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, doubl
     if (weight.scalar_type() != x.scalar_type())
         throw UsageError("--kernels invariant: a norm's weight must have its input's dtype");
     const int64_t n = x.size(-1);
-    const torch::Tensor xc = x.contiguous(), wc = weight.contiguous();                   // [rows, n], [n]
-    torch::Tensor out = torch::empty_like(xc);                                             // like x
+    const torch::Tensor xc = x.contiguous(), wc = weight.contiguous();  // [rows, n], [n]
+    torch::Tensor out = torch::empty_like(xc);  // like x
     const int64_t rows = n > 0 ? xc.numel() / n : 0;
     rmsNormInto(xc.data_ptr(), wc.data_ptr(), out.data_ptr(), x.scalar_type() == torch::kBFloat16, rows, n, eps, isa);
     return out;
 }
 
 RopeAngles ropeAngles(const torch::Tensor& invFreq, int64_t start, int64_t S) {
-    const torch::Tensor freq = asFloat(invFreq);                                           // [D/2]
+    const torch::Tensor freq = asFloat(invFreq);  // [D/2]
     const int64_t half = freq.numel();
     RopeAngles angles{torch::empty({S, half}, torch::kFloat32), torch::empty({S, half}, torch::kFloat32)};
     const float* fp = freq.data_ptr<float>();
@@ -248,8 +256,9 @@ void ropeInto(const void* x, void* out, bool bf16, int64_t S, int64_t heads, int
         T* op = static_cast<T*>(out);
         parallel(S, 1, [&](int64_t begin, int64_t end) {
             const int64_t at = begin * heads * D;
-            kernels::rope(isa, bits(xp + at), bits(op + at), end - begin, heads, D, cosines + begin * half,
-                          sines + begin * half);
+            kernelsFor(kernelPath(isa), bits(xp))
+                .rope(bits(xp + at), bits(op + at), end - begin, heads, D, cosines + begin * half,
+                      sines + begin * half);
         });
     });
 }
@@ -259,8 +268,8 @@ torch::Tensor rope(const torch::Tensor& x, const RopeAngles& angles, Isa isa) {
     const int64_t S = x.size(0), heads = x.size(1), D = x.size(2), half = D / 2;
     if (angles.cosines.size(0) != S || angles.cosines.size(1) != half)
         throw UsageError("--kernels invariant: RoPE's angles do not match its input's rows and head size");
-    const torch::Tensor xc = x.contiguous();                                               // [S, heads, D]
-    torch::Tensor out = torch::empty_like(xc);                                             // [S, heads, D]
+    const torch::Tensor xc = x.contiguous();  // [S, heads, D]
+    torch::Tensor out = torch::empty_like(xc);  // [S, heads, D]
     ropeInto(xc.data_ptr(), out.data_ptr(), x.scalar_type() == torch::kBFloat16, S, heads, D,
              angles.cosines.data_ptr<float>(), angles.sines.data_ptr<float>(), isa);
     return out;
@@ -314,12 +323,12 @@ void attentionInto(const float* q, const void* keys, const void* values, bool bf
         }
         // A decode step's one query row: its (row, head) pairs split in equal parts, no stealing
         // (its heads cost alike; stealing had cut a thread's 7 heads of one KV head into groups of
-        // 4, 2 and 1, each reading the keys and values again: attention and the cache write at 512
-        // keys 1.45 -> 1.18-1.21 ms a step, bf16, Zen 4 VM).
+        // 4, 2 and 1, each reading the keys and values again: docs/history/kernel-measurements.md,
+        // "Decode attention").
         if (S == 1) {
             parallel(Q, 1, [&](int64_t begin, int64_t end) {
                 std::vector<float> scores(static_cast<std::size_t>(kAttentionScratchRows * (start + S)));
-                kernels::attention(isa, a, begin, end, scores.data());
+                kernelPath(isa).of<Element>().attention(a, begin, end, scores.data());
             });
             return;
         }
@@ -328,8 +337,8 @@ void attentionInto(const float* q, const void* keys, const void* values, bool bf
         // had been cut down to one query each). A row's cost grows with its position, so the rows
         // are taken from both ends in turn (0, S-1, 1, S-2, ...): equal halves of the units then
         // cost alike, and a thread done early takes units from the other's end (kernel_threads.h),
-        // for cores that run at unequal speeds. One layer's 512-query attention on a Sapphire Rapids
-        // VM, 2 threads, the two alternating in one process: 3.02-3.07 -> 2.71-2.74 ms.
+        // for cores that run at unequal speeds (docs/history/kernel-measurements.md, "Prefill
+        // attention units").
         const int64_t headsPerKv = Q / KV;
         parallel(
             S * KV, 1,
@@ -338,7 +347,7 @@ void attentionInto(const float* q, const void* keys, const void* values, bool bf
                 for (int64_t unit = begin; unit < end; ++unit) {
                     const int64_t i = unit / KV, row = i % 2 == 0 ? i / 2 : S - 1 - i / 2;
                     const int64_t firstPair = row * Q + unit % KV * headsPerKv;  // pair = row * Q + head
-                    kernels::attention(isa, a, firstPair, firstPair + headsPerKv, scores.data());
+                    kernelPath(isa).of<Element>().attention(a, firstPair, firstPair + headsPerKv, scores.data());
                 }
             },
             1);
@@ -356,8 +365,8 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& keys, const
     if (keys.stride(2) != 1 || keys.stride(1) != D || values.strides() != keys.strides() ||
         keys.scalar_type() != values.scalar_type())
         throw UsageError("--kernels invariant: keys and values must be cache views with rows of D contiguous features");
-    const torch::Tensor qf = asFloat(q);                                                   // [S, Q, D]
-    torch::Tensor out = torch::empty({S, Q, D}, torch::kFloat32);                          // [S, Q, D]
+    const torch::Tensor qf = asFloat(q);  // [S, Q, D]
+    torch::Tensor out = torch::empty({S, Q, D}, torch::kFloat32);  // [S, Q, D]
     attentionInto(qf.data_ptr<float>(), keys.data_ptr(), values.data_ptr(), keys.scalar_type() == torch::kBFloat16,
                   keys.stride(0), S, start, Q, KV, D, out.data_ptr<float>(), isa);
     return out.view({S, Q * D}).to(q.scalar_type());
@@ -393,10 +402,12 @@ torch::Tensor eachPair(const torch::Tensor& x, const torch::Tensor& a, const cha
 }
 
 auto siluGateStep(Isa isa) {
-    return [isa](auto gate, auto up, auto out, int64_t n) { kernels::siluGate(isa, gate, up, out, n); };
+    return [isa](auto gate, auto up, auto out, int64_t n) {
+        kernelsFor(kernelPath(isa), gate).siluGate(gate, up, out, n);
+    };
 }
 auto addStep(Isa isa) {
-    return [isa](auto x, auto a, auto out, int64_t n) { kernels::add(isa, x, a, out, n); };
+    return [isa](auto x, auto a, auto out, int64_t n) { kernelsFor(kernelPath(isa), x).add(x, a, out, n); };
 }
 
 }  // namespace

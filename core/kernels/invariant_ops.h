@@ -54,8 +54,8 @@ torch::Tensor add(const torch::Tensor& x, const torch::Tensor& a, Isa isa = best
 // What the tensor ops above compute (they call these), without a torch op: a decode step's row runs
 // on these (Transformer's decode step). bf16 arrays as raw uint16 bits, fp32 as floats, named by a
 // `bf16` flag; every array contiguous. Each torch op costs microseconds of dispatch and allocation
-// whose code and bookkeeping the step's weight stream has evicted from the caches: the four around
-// one attention call took 29 us (median, after 64 MB of other reads; the kernel itself 20 us warm).
+// whose code and bookkeeping the step's weight stream has evicted from the caches
+// (docs/history/kernel-measurements.md, "Torch ops in a decode step").
 
 // One projection of linearsInto: y[:, o] = sum over in of x[:, i] w[o, i] (+ bias[o]).
 struct LinearInto {

@@ -119,7 +119,10 @@ struct ScalarVec {
 
 }  // namespace
 
-KVSCOPE_DEFINE_KERNEL_PATH(scalar, ScalarVec)
+const KernelPath& scalarPath() {
+    static const KernelPath path = kernelPathOf<ScalarVec>(Isa::Scalar);
+    return path;
+}
 
 namespace scalar {
 // The tile order (invariant.h) as written: per chunk of 32, the even half's sum from zero, then the

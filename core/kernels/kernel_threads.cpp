@@ -31,9 +31,9 @@ constexpr std::chrono::milliseconds kSpinBeforeSleep{5};
 
 // How long a waiting thread spins on the pause instruction alone before it yields its core between
 // checks: longer than the threads' usual gaps (microseconds), so that they rarely get there. The
-// scheduler sometimes wakes a worker on the caller's core while the other core idles (a 2-core VM,
-// after 50 ms idle: in 6 of 14 rounds), and a thread spinning there holds off the one it waits for
-// until the next tick (4 ms measured); a yield hands the core over at once.
+// scheduler sometimes wakes a worker on the caller's core while the other core idles, and a thread
+// spinning there holds off the one it waits for until the next tick; a yield hands the core over at
+// once (docs/history/kernel-measurements.md, "Pool wake-ups").
 constexpr std::chrono::microseconds kSpinBeforeYield{20};
 
 void relax() {
@@ -68,10 +68,8 @@ bool spinUntil(const Ready& ready, Clock::time_point giveUpAt = Clock::time_poin
 // One worker's mailbox, on its own cache lines: the caller writes a part and raises `ticket`. The
 // part then goes to whichever of the worker and the caller first raises `taken` to that ticket: the
 // worker when it starts in time; otherwise the caller, once every item is claimed (it took the
-// part's items itself), so that a late worker never holds a call up. Measured on a 2-core VM, where
-// a worker woken late waited on the caller's core: the first 24 calls after 50 ms idle took 10-11
-// ms longer; the time outside the linears of a decode step after a pause was 5.6 ms (median of 12),
-// 2.0 since. A worker that took its part raises `finished` to the ticket when done. Only the
+// part's items itself), so that a late worker never holds a call up (the same section). A worker
+// that took its part raises `finished` to the ticket when done. Only the
 // workers a call needs are woken.
 struct alignas(64) Slot {
     std::atomic<uint64_t> ticket{0}, taken{0}, finished{0};

@@ -4,8 +4,8 @@
 //
 // Why not at::parallel_for: kvscope runs OpenMP with the passive wait policy (util/threads.h says
 // why), so every parallel region wakes its threads from the kernel, and a bf16 decode step of a
-// 0.5B model opens ~150 regions of 10-300 us each. Measured on a 2-core Sapphire Rapids VM: decode at
-// 55% of the memory bound with passive OpenMP, 70-73% with OpenMP spinning. Spinning OpenMP is no
+// 0.5B model opens ~150 regions of 10-300 us each: decode fell far below the memory bound with
+// passive OpenMP (docs/history/kernel-measurements.md, "OpenMP wake-ups"). Spinning OpenMP is no
 // answer either: it then spins against OpenBLAS's pool in torch-kernel runs. So these workers spin
 // briefly between parts of the work (a decode step's gaps are microseconds) and sleep when none
 // comes for a while (kSpinBeforeSleep in kernel_threads.cpp), and only the invariant kernels use them.
@@ -15,8 +15,8 @@
 // caller asks for it, a thread done with its part takes what is left of another's, from its far end:
 // attention in a prefill, whose later queries see more keys (its caller orders the rows so that the
 // halves cost alike, but a VM's two cores need not run at one speed), a decode step's linears,
-// whose two halves stream from memory at rates that differ from call to call (invariant_ops.cpp has
-// the figures; on a Sapphire Rapids with two streams a thread they had measured no faster for it),
+// whose two halves stream from memory at rates that differ from call to call (invariant_ops.cpp says
+// where it was measured; with two streams a thread they had measured no faster for it),
 // and a prefill's linears, for those two cores.
 // Whatever the call, a part whose thread has not started it when the others are done with theirs is
 // computed by them: a worker the scheduler wakes late (behind the caller, on its core) then never

@@ -140,9 +140,8 @@ void mlpOnRows(const LayerWeights& lw, const RowStep& r) {
 // op for op: their kernel ops call the same raw functions (core/kernels/invariant_ops.h), so the bits
 // are the same, and the tests that hold a live cache to a one-shot prefill's hold this step to them.
 // What it leaves out is the torch op around each kernel (~40 a layer): their dispatch and allocation
-// run on code and bookkeeping that the step's weight stream has evicted from the caches. Measured on
-// a 2-core Sapphire Rapids VM, `kvscope bench` (512-token cache), three alternating pairs of runs:
-// a bf16 step's time outside its linears 3.9-4.2 -> 1.6-1.8 ms, the step 38.8-39.3 -> 36.7-37.1 ms.
+// run on code and bookkeeping that the step's weight stream has evicted from the caches
+// (docs/history/kernel-measurements.md, "Decode on rows").
 torch::Tensor Transformer::decodeOnRows(int64_t id, KvCache& cache) const {
     thread_local DecodeRows rows;
     const RowStep r(config_, dtype_ == torch::kBFloat16, linearOrder(), rows);

@@ -4,12 +4,8 @@
 //
 // Why: a decode step streams every weight once from memory, and on 4 KiB pages a stream pays a page
 // walk every 4 KiB (under a hypervisor, a two-level one) and its hardware prefetches stop at each
-// page's end (the likely reasons; the effect is what was measured). Measured on a 2-core Zen 4 KVM
-// guest (THP `madvise`, Debian's default): two threads reading 256 MiB by AVX-512 loads, passes on
-// 4 KiB and 2 MiB pages interleaved, 20.4 against 30.7 GB/s on average; 1 GiB, 25.7 against 34.9.
-// With the AVX-512 paths' decode tiles made for them (invariant_avx512_vec.h), bf16 decode of the
-// Qwen2.5-0.5B shape on the invariant kernels there ran at 25.1-30.5 tok/s over six `kvscope bench`
-// runs, against 16.8-25.5 before. Same values, same bits: only where the weights lie changes.
+// page's end (the likely reasons; the effect is what was measured: docs/history/
+// kernel-measurements.md, "2 MiB pages"). Same values, same bits: only where the weights lie changes.
 #include <torch/torch.h>
 
 #include <cstddef>

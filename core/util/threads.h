@@ -8,8 +8,8 @@ void configureThreads(int threads);
 
 // libtorch runs elementwise kernels on OpenMP threads and fp32 matrix products on OpenBLAS's own
 // threads. With OpenMP's default active wait, the two pools spin against each other on the same
-// cores and a decode step after a long prefill runs at half speed (measured: matrix-vector products
-// at 10 GB/s instead of 25). OpenMP reads OMP_WAIT_POLICY once, when the library loads, so a program
+// cores and a decode step after a long prefill runs at half speed (docs/history/
+// kernel-measurements.md, "OpenMP wait policy"). OpenMP reads OMP_WAIT_POLICY once, when the library loads, so a program
 // must ask for the passive policy before that: this re-executes the program with
 // OMP_WAIT_POLICY=PASSIVE unless the variable is already set. Call it first thing in main().
 void ensurePassiveOpenMpWait(char** argv);

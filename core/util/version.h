@@ -25,9 +25,8 @@ std::string oneDnnIsaName(unsigned isa);
 
 // OpenBLAS runs Debian's libtorch's fp32 matrix products, with the kernel set it picked for this CPU
 // at load time. An OpenBLAS older than the CPU does not know it and falls back to SSE3 kernels:
-// Debian 12's 0.3.21 picks "Prescott" on an Emerald Rapids, where a torch-kernel fp32 prefill (512
-// tokens of the Qwen2.5-0.5B shape, 2 threads) ran at 76 tok/s, and at 261 with
-// OPENBLAS_CORETYPE=SkylakeX, which picks another.
+// Debian 12's 0.3.21 picks "Prescott" on an Emerald Rapids, several times slower than what
+// OPENBLAS_CORETYPE=SkylakeX picks (docs/history/kernel-measurements.md, "OpenBLAS core").
 struct OpenBlasCore {
     std::string name;         // "SkylakeX", "Haswell", "Prescott", ...; empty where no OpenBLAS is loaded
     bool sseOnly = false;     // a kernel set of SSE alone (Prescott, Core2, Penryn, Dunnington, Nehalem, Atom)

@@ -70,9 +70,10 @@ TEST(InvariantKernels, VectorPathsEqualTheScalarReference) {
                 // VDPBF16PS over them, which other CPUs run, is checked through the raw entry point.
                 if (xType == torch::kBFloat16 && kernels::bestIsa() == Isa::Avx512Bf16) {
                     torch::Tensor y = torch::empty({rows, outputs}, torch::kFloat32);
-                    kernels::linear(Isa::Avx512Bf16, reinterpret_cast<const uint16_t*>(x.data_ptr()), rows, in,
-                                    reinterpret_cast<const uint16_t*>(w.data_ptr()), y.data_ptr<float>(), outputs, 0,
-                                    outputs);
+                    kernels::kernelPath(Isa::Avx512Bf16)
+                        .linearPairs(reinterpret_cast<const uint16_t*>(x.data_ptr()), rows, in,
+                                     reinterpret_cast<const uint16_t*>(w.data_ptr()), y.data_ptr<float>(), outputs, 0,
+                                     outputs, nullptr);
                     EXPECT_TRUE(sameBits(y, reference)) << "VDPBF16PS over " << rows << " rows, in=" << in;
                 }
                 if (xType != wType) continue;
@@ -129,7 +130,7 @@ TEST(InvariantKernels, TheKernelsExpIsWithinTwoUlpAndTheSameOnEveryPath) {
     for (const float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-7f, -1e-7f, 0.5f, -0.5f, 88.0f, -87.336f}) x.push_back(v);
     const auto n = static_cast<int64_t>(x.size());
     std::vector<float> reference(x.size()), y(x.size());
-    kernels::exps(Isa::Scalar, x.data(), 0.0f, reference.data(), n);
+    kernels::kernelPath(Isa::Scalar).exps(x.data(), 0.0f, reference.data(), n);
     double worstUlps = 0;
     for (std::size_t i = 0; i < x.size(); ++i) {
         const double exact = std::exp(static_cast<double>(x[i]));
@@ -139,26 +140,26 @@ TEST(InvariantKernels, TheKernelsExpIsWithinTwoUlpAndTheSameOnEveryPath) {
     EXPECT_LE(worstUlps, 2.0);
     std::vector<float> edges = {-87.34f, -100.0f, -1e30f, -INFINITY, 88.5f, 1e30f, INFINITY, NAN};
     std::vector<float> edgeOut(edges.size());
-    kernels::exps(Isa::Scalar, edges.data(), 0.0f, edgeOut.data(), static_cast<int64_t>(edges.size()));
+    kernels::kernelPath(Isa::Scalar).exps(edges.data(), 0.0f, edgeOut.data(), static_cast<int64_t>(edges.size()));
     for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(edgeOut[i], 0.0f) << edges[i];
     for (std::size_t i = 4; i < 7; ++i) EXPECT_EQ(edgeOut[i], edgeOut[4]) << edges[i];
     EXPECT_NEAR(edgeOut[4] / std::exp(88.0), 1.0, 1e-6);
     EXPECT_TRUE(std::isnan(edgeOut[7]));
     // The shift is subtracted first (softmax's maximum), and tails shorter than 16 are computed alike.
     std::vector<float> shifted(x.size());
-    kernels::exps(Isa::Scalar, x.data(), 1.5f, shifted.data(), n);
+    kernels::kernelPath(Isa::Scalar).exps(x.data(), 1.5f, shifted.data(), n);
     for (std::size_t i = 0; i < x.size(); i += 997) {
         float one = 0, alone = x[i] - 1.5f;
-        kernels::exps(Isa::Scalar, &alone, 0.0f, &one, 1);
+        kernels::kernelPath(Isa::Scalar).exps(&alone, 0.0f, &one, 1);
         EXPECT_EQ(one, shifted[i]) << x[i];
     }
     for (const Isa isa : vectorPaths()) {
         for (const int64_t count : {n, int64_t{1}, int64_t{15}, int64_t{17}}) {
-            kernels::exps(isa, x.data(), 0.0f, y.data(), count);
+            kernels::kernelPath(isa).exps(x.data(), 0.0f, y.data(), count);
             EXPECT_EQ(std::memcmp(y.data(), reference.data(), static_cast<std::size_t>(count) * sizeof(float)), 0)
                 << kernels::isaName(isa) << " n=" << count;
         }
-        kernels::exps(isa, edges.data(), 0.0f, y.data(), static_cast<int64_t>(edges.size()));
+        kernels::kernelPath(isa).exps(edges.data(), 0.0f, y.data(), static_cast<int64_t>(edges.size()));
         EXPECT_EQ(std::memcmp(y.data(), edgeOut.data(), 7 * sizeof(float)), 0) << kernels::isaName(isa);
         EXPECT_TRUE(std::isnan(y[7])) << kernels::isaName(isa);
         for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
@@ -211,11 +212,11 @@ TEST(InvariantKernels, TheElementwiseStepsRoundAsTorchDoes) {
         normed[i] = bits(c10::BFloat16(value(yb[i]) * value(bits(c10::BFloat16(x[i] * 0.37f)))));
         normedF[i] = y[i] * (x[i] * 0.37f);
     }
-    kernels::exps(Isa::Scalar, e.data(), 0.0f, e.data(), n);
+    kernels::kernelPath(Isa::Scalar).exps(e.data(), 0.0f, e.data(), n);
     for (std::size_t i = 0; i < x.size(); ++i)
         silu[i] = bits(c10::BFloat16(value(xb[i]) / (1.0f + e[i]) * value(yb[i])));
     for (std::size_t i = 0; i < x.size(); ++i) e[i] = -x[i];
-    kernels::exps(Isa::Scalar, e.data(), 0.0f, e.data(), n);
+    kernels::kernelPath(Isa::Scalar).exps(e.data(), 0.0f, e.data(), n);
     for (std::size_t i = 0; i < x.size(); ++i) siluF[i] = x[i] / (1.0f + e[i]) * y[i];
 
     std::vector<Isa> paths = vectorPaths();
@@ -228,23 +229,23 @@ TEST(InvariantKernels, TheElementwiseStepsRoundAsTorchDoes) {
             const std::string where = std::string(kernels::isaName(isa)) + " n=" + std::to_string(count);
             std::vector<uint16_t> out(x.size());
             std::vector<float> outF(x.size());
-            kernels::finishSums(isa, x.data(), y.data(), out.data(), count);
+            kernels::kernelPath(isa).f32.finishSums(x.data(), y.data(), out.data(), count);
             EXPECT_TRUE(same(out, withFloatBias, count)) << where << " fp32 bias";
-            kernels::finishSums(isa, x.data(), yb.data(), out.data(), count);
+            kernels::kernelPath(isa).bf16.finishSums(x.data(), yb.data(), out.data(), count);
             EXPECT_TRUE(same(out, withBf16Bias, count)) << where << " bf16 bias";
-            kernels::finishSums(isa, x.data(), static_cast<const float*>(nullptr), out.data(), count);
+            kernels::kernelPath(isa).f32.finishSums(x.data(), nullptr, out.data(), count);
             EXPECT_TRUE(same(out, noBias, count)) << where << " no bias";
-            kernels::siluGate(isa, xb.data(), yb.data(), out.data(), count);
+            kernels::kernelPath(isa).bf16.siluGate(xb.data(), yb.data(), out.data(), count);
             EXPECT_TRUE(same(out, silu, count)) << where << " bf16 SiLU";
-            kernels::siluGate(isa, x.data(), y.data(), outF.data(), count);
+            kernels::kernelPath(isa).f32.siluGate(x.data(), y.data(), outF.data(), count);
             EXPECT_TRUE(same(outF, siluF, count)) << where << " fp32 SiLU";
-            kernels::add(isa, xb.data(), yb.data(), out.data(), count);
+            kernels::kernelPath(isa).bf16.add(xb.data(), yb.data(), out.data(), count);
             EXPECT_TRUE(same(out, sum, count)) << where << " bf16 add";
-            kernels::add(isa, x.data(), y.data(), outF.data(), count);
+            kernels::kernelPath(isa).f32.add(x.data(), y.data(), outF.data(), count);
             EXPECT_TRUE(same(outF, sumF, count)) << where << " fp32 add";
-            kernels::scaleByWeight(isa, x.data(), 0.37f, yb.data(), out.data(), count);
+            kernels::kernelPath(isa).bf16.scaleByWeight(x.data(), 0.37f, yb.data(), out.data(), count);
             EXPECT_TRUE(same(out, normed, count)) << where << " bf16 norm";
-            kernels::scaleByWeight(isa, x.data(), 0.37f, y.data(), outF.data(), count);
+            kernels::kernelPath(isa).f32.scaleByWeight(x.data(), 0.37f, y.data(), outF.data(), count);
             EXPECT_TRUE(same(outF, normedF, count)) << where << " fp32 norm";
         }
     }
@@ -516,7 +517,9 @@ TEST(InvariantKernels, FusedCastsRoundAsTorchsOpsDo) {
             for (int64_t r = 0; r < rows; ++r)
                 scale[r][0] =
                     1.0f /
-                    std::sqrt(kernels::sumOfSquares(kernels::bestIsa(), hf[r].data_ptr<float>(), 903) / 903.0f + 1e-6f);
+                    std::sqrt(kernels::kernelPath(kernels::bestIsa()).sumOfSquares(hf[r].data_ptr<float>(), 903) /
+                                  903.0f +
+                              1e-6f);
             EXPECT_TRUE(sameBits(kernels::rmsNorm(h, weight, 1e-6), weight * (hf * scale).to(dtype)))
                 << c10::toString(dtype) << " rows=" << rows;
             const torch::Tensor block = randomTensor({rows, 903}, dtype);

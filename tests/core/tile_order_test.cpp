@@ -82,7 +82,7 @@ TEST(TileOrder, IsAnotherOrderThanThePairOrder) {
     const std::vector<uint16_t> x = randomBf16(rows * in, random), w = randomBf16(out * in, random);
     const std::vector<float> tileOrder = tiles(TilePath::Scalar, x, rows, in, w, 0, out, out);
     std::vector<float> pairOrder(static_cast<std::size_t>(rows * out));
-    kernels::linear(kernels::Isa::Scalar, x.data(), rows, in, w.data(), pairOrder.data(), out, 0, out);
+    kernels::scalarPath().linearPairs(x.data(), rows, in, w.data(), pairOrder.data(), out, 0, out, nullptr);
     int differ = 0;
     for (std::size_t i = 0; i < tileOrder.size(); ++i) {
         differ += tileOrder[i] != pairOrder[i];
