@@ -26,10 +26,11 @@ public:
     int64_t integer(const char* key) const { return is(key, &json::is_number_integer, "an integer").get<int64_t>(); }
     std::string text(const char* key) const { return is(key, &json::is_string, "a string").get<std::string>(); }
     KvParts kvParts(const char* key) const {
-        const std::string name = text(key);
-        for (KvParts parts : {KvParts::Keys, KvParts::Values, KvParts::Both})
-            if (name == kvPartsName(parts)) return parts;
-        fail(std::string("field '") + key + "' must be k, v or kv (got '" + name + "')");
+        try {
+            return parseKvParts(text(key), std::string("field '") + key + "'");
+        } catch (const UsageError& e) {
+            fail(e.what());
+        }
     }
     std::optional<int64_t> nullableInteger(const char* key) const {
         const json& v =
@@ -364,11 +365,13 @@ std::map<std::string, Value> presentByName(const Record& record, const NamedSlot
     return out;
 }
 
-template <typename Record, typename Value, std::size_t N>
-std::optional<Value>* slotNamed(Record& record, const NamedSlot<Record, Value> (&slots)[N], const std::string& name) {
+// The slot of `record` (const or not) that `name` stands for; null for none.
+template <typename Record, typename Slot, std::size_t N>
+auto* slotNamed(Record& record, const Slot (&slots)[N], const std::string& name) {
+    using Pointer = decltype(&(record.*slots[0].field));
     for (const auto& s : slots)
         if (name == s.name) return &(record.*s.field);
-    return nullptr;
+    return Pointer(nullptr);
 }
 
 }  // namespace
@@ -391,9 +394,8 @@ bool Trajectories::set(const std::string& name, Ids ids) {
 
 const Trajectories::Ids* Trajectories::find(const std::string& name) const {
     if (const auto it = batch.find(name); it != batch.end()) return &it->second;
-    for (const auto& s : kTrajectorySlots)
-        if (name == s.name) return (this->*s.field) ? &*(this->*s.field) : nullptr;
-    return nullptr;
+    const std::optional<Ids>* named = slotNamed(*this, kTrajectorySlots, name);
+    return named && *named ? &**named : nullptr;
 }
 
 std::map<std::string, std::string> Fingerprints::byName() const { return presentByName(*this, kFingerprintSlots); }

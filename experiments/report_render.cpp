@@ -121,6 +121,11 @@ json batchJson(const std::map<std::string, std::map<int64_t, BatchRow>>& batch) 
 // null where no item counts: a mean of nothing.
 json meanOrNull(double sum, int64_t k) { return k ? json(sum / static_cast<double>(k)) : json(); }
 
+// Tokens per second of item time (the trace, both continuations, the prefix); null without time.
+json tokensPerSecond(const TimeSummary& t) {
+    return t.seconds > 0 ? json(static_cast<double>(t.tokens) / t.seconds) : json();
+}
+
 json timeJson(const TimeSummary& t) {
     return {{"items", t.items},
             {"seconds", t.seconds},
@@ -128,7 +133,7 @@ json timeJson(const TimeSummary& t) {
             {"mean_seconds_per_item", meanOrNull(t.seconds, t.items)},
             {"mean_seconds_per_divergent_item", meanOrNull(t.divergentSeconds, t.divergentItems)},
             {"mean_seconds_per_other_item", meanOrNull(t.seconds - t.divergentSeconds, t.items - t.divergentItems)},
-            {"tokens_per_second", t.seconds > 0 ? json(static_cast<double>(t.tokens) / t.seconds) : json()}};
+            {"tokens_per_second", tokensPerSecond(t)}};
 }
 
 // ---- Markdown ------------------------------------------------------------------------------------
@@ -234,16 +239,15 @@ std::string batchMarkdown(const std::map<std::string, std::map<int64_t, BatchRow
 }
 
 std::string timeMarkdown(const TimeSummary& t) {
-    const json j = timeJson(t);
     std::ostringstream s;
     s << "\n## time (each item's own wall time)\n\n| measure | value |\n|---|---|\n"
       << "| items, time in all (h:mm:ss) | " << t.items << ", " << clockTime(t.seconds) << " |\n"
-      << "| seconds per item: mean (median) | " << fixedText(j["mean_seconds_per_item"], 1) << " ("
+      << "| seconds per item: mean (median) | " << fixedText(meanOrNull(t.seconds, t.items), 1) << " ("
       << (t.secondsPerItem.n ? fixedText(t.secondsPerItem.median, 1) : "-") << ") |\n"
       << "| seconds per item whose suffixes differ / per other item | "
-      << fixedText(j["mean_seconds_per_divergent_item"], 1) << " / " << fixedText(j["mean_seconds_per_other_item"], 1)
-      << " |\n"
-      << "| tokens per second (trace, both continuations, prefix) | " << fixedText(j["tokens_per_second"], 1) << " |\n";
+      << fixedText(meanOrNull(t.divergentSeconds, t.divergentItems), 1) << " / "
+      << fixedText(meanOrNull(t.seconds - t.divergentSeconds, t.items - t.divergentItems), 1) << " |\n"
+      << "| tokens per second (trace, both continuations, prefix) | " << fixedText(tokensPerSecond(t), 1) << " |\n";
     return s.str();
 }
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from doc_markers import replace_between  # noqa: E402
+from measurements import cpu_fields  # noqa: E402
 
 MODELS = {"qwen-shape": "random Qwen2.5-0.5B shape (kvscope bench's), F32 and BF16 GGUFs of the same values",
           "smollm2": "SmolLM2-135M-Instruct (tests/data/smollm2-135m-instruct), F32 and BF16 GGUFs of the same values"}
@@ -43,12 +44,7 @@ INSTRUCTION_SETS = ["avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf1
 
 def cpu_identity():
     """The model name, family/model numbers and the instruction sets that decide either engine's kernels."""
-    fields = {}
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())
-        if key.strip() == "flags":
-            break
+    fields = cpu_fields()
     flags = set(fields.get("flags", "").split())
     return {"cpu_model": fields.get("model name", "unknown"), "cpu_family": fields.get("cpu family"),
             "cpu_model_number": fields.get("model"),

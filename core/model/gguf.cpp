@@ -179,8 +179,10 @@ std::vector<std::int64_t> readShape(Cursor& in, const std::string& named, std::s
 }
 
 // Tensor `i` of the table: name, shape, type (one kvscope dequantizes, in whole blocks per row) and
-// its data offset (a multiple of the alignment), which `offset` receives.
-GgufTensorInfo readTensorInfo(Cursor& in, std::uint64_t i, std::uint64_t alignment, std::uint64_t& offset) {
+// its data offset (a multiple of the alignment), which `offset` receives, read at file offset
+// `offsetAt` (where a later refusal of the entry points).
+GgufTensorInfo readTensorInfo(Cursor& in, std::uint64_t i, std::uint64_t alignment, std::uint64_t& offset,
+                              std::size_t& offsetAt) {
     GgufTensorInfo t;
     t.name = in.string("tensor " + std::to_string(i) + " (name)", kMaxKeyBytes);
     const std::string named = "tensor '" + t.name + "'";
@@ -203,7 +205,7 @@ GgufTensorInfo readTensorInfo(Cursor& in, std::uint64_t i, std::uint64_t alignme
     for (const std::int64_t n : t.ne) elements *= n;
     t.type = static_cast<GgmlType>(type);
     t.bytes = static_cast<std::size_t>(elements / traits->blockSize * traits->blockBytes);
-    const std::size_t offsetAt = in.offset();
+    offsetAt = in.offset();
     offset = in.read<std::uint64_t>(named + " (offset)");
     if (offset % alignment != 0)
         in.fail(named,
@@ -268,9 +270,10 @@ GgufFile::GgufFile(const std::string& path) : file_(path) {
     std::vector<Placed> placed;
     for (std::uint64_t i = 0; i < tensorCount; ++i) {
         std::uint64_t offset = 0;
-        GgufTensorInfo t = readTensorInfo(in, i, alignment, offset);
+        std::size_t offsetAt = 0;
+        GgufTensorInfo t = readTensorInfo(in, i, alignment, offset, offsetAt);
         if (!tensorIndex_.emplace(t.name, tensors_.size()).second)
-            in.fail("tensor '" + t.name + "'", "the name appears twice", in.offset() - 8);
+            in.fail("tensor '" + t.name + "'", "the name appears twice", offsetAt);
         placed.push_back({offset, tensors_.size()});
         tensors_.push_back(std::move(t));
     }
